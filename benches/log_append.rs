@@ -1,0 +1,534 @@
+//! Append throughput of the segment log, against its physical limit and two
+//! peers, in one run on one disk.
+//!
+//! 1. `Durability::Sync`, one writer, against a raw `write_all` +
+//!    `fdatasync` loop over the same payloads on a plain file.
+//! 2. `Durability::Group` with 1/8/64/256 writer threads (pipelined off and
+//!    on), against SQLite (WAL, `synchronous=FULL`, one autocommit INSERT
+//!    per append; per-thread connections and one shared connection) and a
+//!    JSONL file (one line + `fdatasync` per append under a mutex).
+//! 3. `Durability::None`, one writer, 256-byte events.
+//!
+//! Run with `cargo bench --bench log_append`. `CONVLOG_BENCH_SECONDS` sets
+//! the length of each measured phase (default 2 s); `CONVLOG_BENCH_DIR`
+//! where the scratch stores go (default `target/bench-tmp`).
+
+mod common;
+
+use std::error::Error;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::{grouped, pick, run_threads, section, Measured, Table};
+use convlog::log::{Durability, Log, LogOptions, WriterStats};
+use rusqlite::Connection;
+
+const THREAD_COUNTS: [usize; 4] = [1, 8, 64, 256];
+const POOL_SEED: u64 = 0x00C0_FFEE_5EED;
+const POOL_PAYLOADS: usize = 4096;
+
+type BenchResult<T> = Result<T, Box<dyn Error>>;
+
+fn main() -> BenchResult<()> {
+    let duration = common::phase_duration();
+    let pool = common::realistic_payloads(POOL_SEED, POOL_PAYLOADS);
+    let mean = pool.iter().map(Vec::len).sum::<usize>() as f64 / pool.len() as f64;
+    println!("# convlog log_append bench");
+    println!();
+    println!(
+        "cores: {}, phase: {:.1} s, scratch: {}",
+        std::thread::available_parallelism().map_or(0, |cores| cores.get()),
+        duration.as_secs_f64(),
+        common::scratch_root().display()
+    );
+    println!(
+        "payload pool: {} payloads, mean {:.0} B (80% 200 B..1 KiB, 20% 1..8 KiB, xorshift bytes)",
+        pool.len(),
+        mean
+    );
+
+    let sync = bench_sync(&pool, duration)?;
+    let group = bench_group(&pool, duration)?;
+    let none = bench_none(duration)?;
+    print_summary(&sync, &group, &none);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// convlog phases
+
+struct LogRun {
+    measured: Measured,
+    stats: WriterStats,
+}
+
+impl LogRun {
+    fn records_per_fsync(&self) -> f64 {
+        self.stats.frames as f64 / self.stats.syncs.max(1) as f64
+    }
+}
+
+/// Appends from `threads` threads to a fresh store for `duration`; each
+/// call appends one payload from the pool, or a batch of `batch` of them.
+fn run_log(
+    label: &str,
+    options: LogOptions,
+    threads: usize,
+    duration: Duration,
+    pool: &[Vec<u8>],
+    batch: usize,
+) -> BenchResult<LogRun> {
+    let dir = common::scratch_dir(label);
+    let log = Log::open(dir.path(), options)?;
+    let before = log.writer_stats();
+    let mut measured = run_threads(
+        threads,
+        duration,
+        |_| (),
+        |_, thread, iteration| {
+            if batch == 1 {
+                let payload = pick(pool, thread, iteration);
+                log.append(payload).expect("append");
+                payload.len()
+            } else {
+                let start = (iteration as usize * batch) % pool.len();
+                let payloads: Vec<&[u8]> = (0..batch)
+                    .map(|index| pool[(start + index) % pool.len()].as_slice())
+                    .collect();
+                log.append_batch(&payloads).expect("append_batch");
+                payloads.iter().map(|payload| payload.len()).sum()
+            }
+        },
+    );
+    let after = log.writer_stats();
+    measured.ops *= batch as u64;
+    let appended = log.next_lsn() - 1;
+    assert_eq!(
+        appended, measured.ops,
+        "{label}: LSNs assigned != appends counted"
+    );
+    let stats = WriterStats {
+        frames: after.frames - before.frames,
+        writes: after.writes - before.writes,
+        syncs: after.syncs - before.syncs,
+        rolls: after.rolls - before.rolls,
+    };
+    drop(log);
+    Ok(LogRun { measured, stats })
+}
+
+fn log_options(durability: Durability, pipelined: bool) -> LogOptions {
+    LogOptions {
+        durability,
+        pipelined,
+        ..LogOptions::default()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 1. Sync, one writer, against write_all + fdatasync
+
+struct SyncResults {
+    raw: Measured,
+    convlog: LogRun,
+}
+
+fn raw_fdatasync(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Measured> {
+    let dir = common::scratch_dir("raw");
+    let path = dir.path().join("raw.bin");
+    let measured = run_threads(
+        1,
+        duration,
+        |_| File::create(&path).expect("create raw file"),
+        |file, thread, iteration| {
+            let payload = pick(pool, thread, iteration);
+            file.write_all(payload).expect("write");
+            file.sync_data().expect("fdatasync");
+            payload.len()
+        },
+    );
+    assert_eq!(std::fs::metadata(&path)?.len(), measured.bytes);
+    Ok(measured)
+}
+
+fn bench_sync(pool: &[Vec<u8>], duration: Duration) -> BenchResult<SyncResults> {
+    section("1. Durability::Sync, one writer, vs raw write_all + fdatasync");
+    let mut table = Table::new(&["run", "appends/s", "MiB/s", "mean µs/append", "recs/fsync"]);
+    let mut best_raw: Option<Measured> = None;
+    let mut best_log: Option<LogRun> = None;
+    // Interleave the two so that drift on a shared machine hits both.
+    for round in 1..=2 {
+        let raw = raw_fdatasync(pool, duration)?;
+        table.row(vec![
+            format!("raw write_all+fdatasync #{round}"),
+            grouped(raw.ops_per_sec()),
+            format!("{:.1}", raw.mib_per_sec()),
+            format!("{:.0}", 1e6 / raw.ops_per_sec()),
+            "1.0".to_string(),
+        ]);
+        let run = run_log(
+            "sync",
+            log_options(Durability::Sync, false),
+            1,
+            duration,
+            pool,
+            1,
+        )?;
+        table.row(vec![
+            format!("convlog Sync #{round}"),
+            grouped(run.measured.ops_per_sec()),
+            format!("{:.1}", run.measured.mib_per_sec()),
+            format!("{:.0}", 1e6 / run.measured.ops_per_sec()),
+            format!("{:.2}", run.records_per_fsync()),
+        ]);
+        if best_raw.is_none_or(|best| raw.ops_per_sec() > best.ops_per_sec()) {
+            best_raw = Some(raw);
+        }
+        if best_log
+            .as_ref()
+            .is_none_or(|best| run.measured.ops_per_sec() > best.measured.ops_per_sec())
+        {
+            best_log = Some(run);
+        }
+    }
+    table.print();
+    let (raw, convlog) = (best_raw.expect("ran"), best_log.expect("ran"));
+    println!(
+        "best of 2: convlog Sync / raw fdatasync = {:.2}",
+        convlog.measured.ops_per_sec() / raw.ops_per_sec()
+    );
+    Ok(SyncResults { raw, convlog })
+}
+
+// ---------------------------------------------------------------------------
+// 2. Group commit against SQLite and JSONL
+
+struct GroupRow {
+    threads: usize,
+    plain: LogRun,
+    pipelined: LogRun,
+    sqlite_per_thread: Measured,
+    sqlite_shared: Measured,
+    jsonl: Measured,
+}
+
+impl GroupRow {
+    fn convlog_best(&self) -> f64 {
+        self.plain
+            .measured
+            .ops_per_sec()
+            .max(self.pipelined.measured.ops_per_sec())
+    }
+
+    fn sqlite_best(&self) -> f64 {
+        self.sqlite_per_thread
+            .ops_per_sec()
+            .max(self.sqlite_shared.ops_per_sec())
+    }
+}
+
+fn sqlite_connect(path: &Path) -> rusqlite::Result<Connection> {
+    let connection = Connection::open(path)?;
+    connection.busy_timeout(Duration::from_secs(60))?;
+    let mode: String =
+        connection.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    assert_eq!(mode, "wal", "SQLite refused WAL mode");
+    connection.pragma_update(None, "synchronous", "FULL")?;
+    let synchronous: i64 = connection.pragma_query_value(None, "synchronous", |row| row.get(0))?;
+    assert_eq!(synchronous, 2, "SQLite synchronous is not FULL");
+    Ok(connection)
+}
+
+const SQLITE_INSERT: &str = "INSERT INTO events (payload) VALUES (?1)";
+
+/// One autocommit INSERT per append. `shared`: one connection behind a
+/// mutex; otherwise one connection per thread (WAL, busy_timeout).
+fn sqlite_run(
+    pool: &[Vec<u8>],
+    threads: usize,
+    duration: Duration,
+    shared: bool,
+) -> BenchResult<Measured> {
+    let dir = common::scratch_dir("sqlite");
+    let path = dir.path().join("events.db");
+    let first = sqlite_connect(&path)?;
+    first.execute_batch("CREATE TABLE events (id INTEGER PRIMARY KEY, payload BLOB NOT NULL)")?;
+    let insert = |connection: &Connection, payload: &[u8]| {
+        connection
+            .prepare_cached(SQLITE_INSERT)
+            .and_then(|mut statement| statement.execute([payload]))
+            .expect("INSERT");
+        payload.len()
+    };
+    let measured = if shared {
+        let connection = Mutex::new(first);
+        let measured = run_threads(
+            threads,
+            duration,
+            |_| (),
+            |_, thread, iteration| {
+                let payload = pick(pool, thread, iteration);
+                insert(&connection.lock().expect("connection mutex"), payload)
+            },
+        );
+        let rows: u64 = connection.lock().expect("connection mutex").query_row(
+            "SELECT count(*) FROM events",
+            [],
+            |row| row.get(0),
+        )?;
+        assert_eq!(rows, measured.ops, "SQLite rows != inserts counted");
+        measured
+    } else {
+        let measured = run_threads(
+            threads,
+            duration,
+            |_| sqlite_connect(&path).expect("open SQLite connection"),
+            |connection, thread, iteration| insert(connection, pick(pool, thread, iteration)),
+        );
+        let rows: u64 = first.query_row("SELECT count(*) FROM events", [], |row| row.get(0))?;
+        assert_eq!(rows, measured.ops, "SQLite rows != inserts counted");
+        measured
+    };
+    Ok(measured)
+}
+
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+fn base64_into(out: &mut String, bytes: &[u8]) {
+    for chunk in bytes.chunks(3) {
+        let word = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for index in 0..4 {
+            if index <= chunk.len() {
+                out.push(char::from(BASE64[(word >> (18 - 6 * index)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+}
+
+/// One JSON line per append (payload in base64), written and fdatasynced
+/// under one mutex shared by all threads.
+fn jsonl_run(pool: &[Vec<u8>], threads: usize, duration: Duration) -> BenchResult<Measured> {
+    let dir = common::scratch_dir("jsonl");
+    let path = dir.path().join("events.jsonl");
+    let file = Mutex::new(OpenOptions::new().create(true).append(true).open(&path)?);
+    let measured = run_threads(
+        threads,
+        duration,
+        |_| String::with_capacity(16 * 1024),
+        |line, thread, iteration| {
+            let payload = pick(pool, thread, iteration);
+            line.clear();
+            line.push_str(&format!(
+                "{{\"thread\":{thread},\"seq\":{iteration},\"payload\":\""
+            ));
+            base64_into(line, payload);
+            line.push_str("\"}\n");
+            let mut file = file.lock().expect("jsonl mutex");
+            file.write_all(line.as_bytes()).expect("write line");
+            file.sync_data().expect("fdatasync");
+            payload.len()
+        },
+    );
+    let lines = std::fs::read(&path)?
+        .iter()
+        .filter(|byte| **byte == b'\n')
+        .count() as u64;
+    assert_eq!(lines, measured.ops, "JSONL lines != appends counted");
+    Ok(measured)
+}
+
+fn bench_group(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Vec<GroupRow>> {
+    section("2. Durability::Group vs SQLite (WAL, synchronous=FULL) vs JSONL+fdatasync");
+    let mut rows = Vec::new();
+    for threads in THREAD_COUNTS {
+        // Interleaved per thread count, so the comparison shares a time window.
+        let plain = run_log(
+            "group",
+            log_options(Durability::Group, false),
+            threads,
+            duration,
+            pool,
+            1,
+        )?;
+        let pipelined = run_log(
+            "group-pipe",
+            log_options(Durability::Group, true),
+            threads,
+            duration,
+            pool,
+            1,
+        )?;
+        let sqlite_per_thread = sqlite_run(pool, threads, duration, false)?;
+        let sqlite_shared = sqlite_run(pool, threads, duration, true)?;
+        let jsonl = jsonl_run(pool, threads, duration)?;
+        println!(
+            "  {threads:>3} threads: convlog {} / pipelined {} / SQLite per-thread {} / SQLite shared {} / JSONL {} appends/s",
+            grouped(plain.measured.ops_per_sec()),
+            grouped(pipelined.measured.ops_per_sec()),
+            grouped(sqlite_per_thread.ops_per_sec()),
+            grouped(sqlite_shared.ops_per_sec()),
+            grouped(jsonl.ops_per_sec()),
+        );
+        rows.push(GroupRow {
+            threads,
+            plain,
+            pipelined,
+            sqlite_per_thread,
+            sqlite_shared,
+            jsonl,
+        });
+    }
+    println!();
+    let mut table = Table::new(&[
+        "threads",
+        "convlog",
+        "recs/fsync",
+        "convlog pipelined",
+        "recs/fsync",
+        "SQLite per-thread conn",
+        "SQLite shared conn",
+        "JSONL",
+        "convlog/SQLite",
+        "convlog/JSONL",
+    ]);
+    for row in &rows {
+        let best = row.convlog_best();
+        table.row(vec![
+            row.threads.to_string(),
+            grouped(row.plain.measured.ops_per_sec()),
+            format!("{:.1}", row.plain.records_per_fsync()),
+            grouped(row.pipelined.measured.ops_per_sec()),
+            format!("{:.1}", row.pipelined.records_per_fsync()),
+            grouped(row.sqlite_per_thread.ops_per_sec()),
+            grouped(row.sqlite_shared.ops_per_sec()),
+            grouped(row.jsonl.ops_per_sec()),
+            format!("{:.1}x", best / row.sqlite_best()),
+            format!("{:.1}x", best / row.jsonl.ops_per_sec()),
+        ]);
+    }
+    println!("appends/s; ratios use the better convlog variant over the better SQLite variant");
+    table.print();
+    let mut detail = Table::new(&[
+        "threads", "variant", "frames", "writes", "fsyncs", "rolls", "MiB/s",
+    ]);
+    for row in &rows {
+        for (name, run) in [("plain", &row.plain), ("pipelined", &row.pipelined)] {
+            detail.row(vec![
+                row.threads.to_string(),
+                name.to_string(),
+                grouped(run.stats.frames as f64),
+                grouped(run.stats.writes as f64),
+                grouped(run.stats.syncs as f64),
+                run.stats.rolls.to_string(),
+                format!("{:.1}", run.measured.mib_per_sec()),
+            ]);
+        }
+    }
+    println!("writer_stats() of the Group runs");
+    detail.print();
+    Ok(rows)
+}
+
+// ---------------------------------------------------------------------------
+// 3. None, one writer, 256-byte events
+
+struct NoneRow {
+    name: &'static str,
+    run: LogRun,
+}
+
+fn bench_none(duration: Duration) -> BenchResult<Vec<NoneRow>> {
+    section("3. Durability::None, one writer, 256-byte events");
+    let pool = common::fixed_payloads(POOL_SEED ^ 0x256, 1024, 256);
+    let none = |segment_bytes_max| LogOptions {
+        durability: Durability::None,
+        segment_bytes_max,
+        ..LogOptions::default()
+    };
+    let default_segment = LogOptions::default().segment_bytes_max;
+    let rows = vec![
+        NoneRow {
+            name: "append, 64 MiB segments (default)",
+            run: run_log("none", none(default_segment), 1, duration, &pool, 1)?,
+        },
+        NoneRow {
+            name: "append, 1 GiB segments (no roll)",
+            run: run_log("none-big", none(1 << 30), 1, duration, &pool, 1)?,
+        },
+        NoneRow {
+            name: "append_batch of 64, 64 MiB segments",
+            run: run_log("none-batch", none(default_segment), 1, duration, &pool, 64)?,
+        },
+    ];
+    let mut table = Table::new(&[
+        "variant", "events/s", "MiB/s", "ns/event", "writes", "fsyncs", "rolls",
+    ]);
+    for row in &rows {
+        table.row(vec![
+            row.name.to_string(),
+            grouped(row.run.measured.ops_per_sec()),
+            format!("{:.1}", row.run.measured.mib_per_sec()),
+            format!("{:.0}", 1e9 / row.run.measured.ops_per_sec()),
+            grouped(row.run.stats.writes as f64),
+            grouped(row.run.stats.syncs as f64),
+            row.run.stats.rolls.to_string(),
+        ]);
+    }
+    table.print();
+    Ok(rows)
+}
+
+// ---------------------------------------------------------------------------
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+fn print_summary(sync: &SyncResults, group: &[GroupRow], none: &[NoneRow]) {
+    section("Summary against targets");
+    let mut table = Table::new(&["target", "measured", "verdict"]);
+    let sync_ratio = sync.convlog.measured.ops_per_sec() / sync.raw.ops_per_sec();
+    table.row(vec![
+        "Sync / raw fdatasync >= 0.9".to_string(),
+        format!(
+            "{:.2} ({} vs {} appends/s)",
+            sync_ratio,
+            grouped(sync.convlog.measured.ops_per_sec()),
+            grouped(sync.raw.ops_per_sec())
+        ),
+        verdict(sync_ratio >= 0.9).to_string(),
+    ]);
+    if let Some(row) = group.iter().find(|row| row.threads == 64) {
+        let ratio = row.convlog_best() / row.sqlite_best();
+        table.row(vec![
+            "Group @64 threads >= 30x SQLite".to_string(),
+            format!(
+                "{:.1}x ({} vs {} appends/s)",
+                ratio,
+                grouped(row.convlog_best()),
+                grouped(row.sqlite_best())
+            ),
+            verdict(ratio >= 30.0).to_string(),
+        ]);
+    }
+    if let Some(row) = none.first() {
+        let rate = row.run.measured.ops_per_sec();
+        table.row(vec![
+            "None, 256 B, one writer >= 1,000,000/s".to_string(),
+            format!("{} events/s", grouped(rate)),
+            verdict(rate >= 1_000_000.0).to_string(),
+        ]);
+    }
+    table.print();
+}

@@ -1,0 +1,90 @@
+//! The one error type of convlog.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in convlog, with what a user needs to act on it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another writer (another process, or another `Log` in this process)
+    /// holds the store's lock.
+    #[error("store {path} is locked by another writer (only one writer per store; read-only openers need no lock)")]
+    Locked {
+        /// The store directory.
+        path: PathBuf,
+    },
+
+    /// A record or header failed its checks somewhere a torn write cannot
+    /// explain. Nothing was dropped; open with salvage to keep what precedes it.
+    #[error("segment {segment} is corrupted at offset {offset}: {reason}")]
+    Corrupted {
+        /// The segment file.
+        segment: PathBuf,
+        /// Byte offset of the damage in that file.
+        offset: u64,
+        /// What check failed.
+        reason: String,
+    },
+
+    /// An earlier write or fsync failed; the writer acknowledges nothing more.
+    #[error("the writer of store {store} stopped after an I/O failure ({cause}); reopen the store to continue")]
+    Poisoned {
+        /// The store directory.
+        store: PathBuf,
+        /// The failure that poisoned the writer.
+        cause: String,
+    },
+
+    /// An operating-system I/O error on a named file.
+    #[error("{operation} {path}: {source}")]
+    Io {
+        /// What convlog was doing.
+        operation: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Input larger than a named limit; nothing was written.
+    #[error("{what} is {actual}, over the limit of {limit} ({constant})")]
+    LimitExceeded {
+        /// What was too large.
+        what: &'static str,
+        /// Its size.
+        actual: u64,
+        /// The limit.
+        limit: u64,
+        /// The name of the constant that sets the limit.
+        constant: &'static str,
+    },
+
+    /// An argument that can never be valid (for example an empty batch).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// The store directory holds no convlog store.
+    #[error("{path} is not a convlog store (no segment files)")]
+    NotAStore {
+        /// The directory that was opened.
+        path: PathBuf,
+    },
+}
+
+/// `Result` with convlog's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(
+        operation: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io {
+            operation,
+            path,
+            source,
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! The bytes of a segment: the segment header and the record frame.
+//!
+//! This module is pure: it encodes into and decodes from byte slices and
+//! never touches a file. `docs/format.md` specifies the same layout byte by
+//! byte; the constants below are the single source of truth in code. Every
+//! integer is little-endian.
+//!
+//! Decoding is input handling: every check returns an error value, nothing
+//! here panics on any input (the `frame_decoder` fuzz target holds it to that).
+
+use crate::log::Lsn;
+
+/// Magic bytes at the start of every segment file.
+pub const SEGMENT_MAGIC: [u8; 8] = *b"CVLOGSEG";
+/// The segment format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+const SEGMENT_MAGIC_OFFSET: usize = 0;
+const SEGMENT_VERSION_OFFSET: usize = SEGMENT_MAGIC_OFFSET + SEGMENT_MAGIC.len();
+const SEGMENT_HEADER_BYTES_OFFSET: usize = SEGMENT_VERSION_OFFSET + 4;
+const SEGMENT_FIRST_LSN_OFFSET: usize = SEGMENT_HEADER_BYTES_OFFSET + 4;
+const SEGMENT_SALT_OFFSET: usize = SEGMENT_FIRST_LSN_OFFSET + 8;
+const SEGMENT_CRC_OFFSET: usize = SEGMENT_SALT_OFFSET + 4;
+/// Size of the segment header; the first frame starts right after it.
+pub const SEGMENT_HEADER_BYTES: usize = SEGMENT_CRC_OFFSET + 4;
+const _: () = assert!(SEGMENT_HEADER_BYTES == 32);
+
+const FRAME_CRC_OFFSET: usize = 0;
+const FRAME_BODY_BYTES_OFFSET: usize = FRAME_CRC_OFFSET + 4;
+const FRAME_FIRST_LSN_OFFSET: usize = FRAME_BODY_BYTES_OFFSET + 4;
+const FRAME_DURABLE_LSN_OFFSET: usize = FRAME_FIRST_LSN_OFFSET + 8;
+const FRAME_EVENT_COUNT_OFFSET: usize = FRAME_DURABLE_LSN_OFFSET + 8;
+const FRAME_PREVIOUS_CRC_OFFSET: usize = FRAME_EVENT_COUNT_OFFSET + 4;
+/// Size of a frame header; the frame body follows it.
+pub const FRAME_HEADER_BYTES: usize = FRAME_PREVIOUS_CRC_OFFSET + 4;
+const _: () = assert!(FRAME_HEADER_BYTES == 32);
+/// Each event in a frame body is prefixed with its length as a `u32`.
+pub const EVENT_LENGTH_PREFIX_BYTES: usize = 4;
+
+/// Largest payload of one event, in bytes.
+pub const EVENT_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Most events in one atomic batch (one frame).
+pub const BATCH_EVENTS_MAX: usize = 65_536;
+/// Largest frame body (all events of a batch with their length prefixes).
+pub const BATCH_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Smallest allowed segment size (`LogOptions::segment_bytes_max`).
+pub const SEGMENT_BYTES_MIN: u64 = 4096;
+/// Largest allowed segment size (`LogOptions::segment_bytes_max`).
+pub const SEGMENT_BYTES_LIMIT: u64 = 1 << 30;
+/// The default segment size: segments roll once they would grow past it.
+pub const SEGMENT_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+
+const _: () = assert!(EVENT_BYTES_MAX + EVENT_LENGTH_PREFIX_BYTES <= BATCH_BYTES_MAX);
+const _: () = assert!(BATCH_BYTES_MAX <= u32::MAX as usize);
+const _: () = assert!(BATCH_EVENTS_MAX * EVENT_LENGTH_PREFIX_BYTES <= BATCH_BYTES_MAX);
+
+fn read_u32(bytes: &[u8], offset: usize) -> u32 {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&bytes[offset..offset + 4]);
+    u32::from_le_bytes(word)
+}
+
+fn read_u64(bytes: &[u8], offset: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[offset..offset + 8]);
+    u64::from_le_bytes(word)
+}
+
+/// A decoded segment header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentHeader {
+    /// LSN of the first event in the segment.
+    pub first_lsn: Lsn,
+    /// Random value chosen when the segment file was created.
+    pub salt: u32,
+    /// The header's checksum: the chain value the first frame links to.
+    pub crc: u32,
+}
+
+/// Encodes the header of a segment whose first event has LSN `first_lsn`.
+///
+/// `salt` is random per segment file, so that a segment created again at
+/// the same LSN (after salvage) never chains to frames of the old one.
+pub fn encode_segment_header(first_lsn: Lsn, salt: u32) -> [u8; SEGMENT_HEADER_BYTES] {
+    let mut header = [0u8; SEGMENT_HEADER_BYTES];
+    header[SEGMENT_MAGIC_OFFSET..SEGMENT_VERSION_OFFSET].copy_from_slice(&SEGMENT_MAGIC);
+    header[SEGMENT_VERSION_OFFSET..SEGMENT_HEADER_BYTES_OFFSET]
+        .copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header[SEGMENT_HEADER_BYTES_OFFSET..SEGMENT_FIRST_LSN_OFFSET]
+        .copy_from_slice(&(SEGMENT_HEADER_BYTES as u32).to_le_bytes());
+    header[SEGMENT_FIRST_LSN_OFFSET..SEGMENT_SALT_OFFSET].copy_from_slice(&first_lsn.to_le_bytes());
+    header[SEGMENT_SALT_OFFSET..SEGMENT_CRC_OFFSET].copy_from_slice(&salt.to_le_bytes());
+    let crc = crc32fast::hash(&header[..SEGMENT_CRC_OFFSET]);
+    header[SEGMENT_CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+    header
+}
+
+/// Checks a segment header.
+pub fn decode_segment_header(bytes: &[u8]) -> Result<SegmentHeader, String> {
+    if bytes.len() < SEGMENT_HEADER_BYTES {
+        return Err(format!(
+            "segment header is {} bytes, expected {SEGMENT_HEADER_BYTES}",
+            bytes.len()
+        ));
+    }
+    if bytes[SEGMENT_MAGIC_OFFSET..SEGMENT_VERSION_OFFSET] != SEGMENT_MAGIC {
+        return Err("bad segment magic (not a convlog segment)".to_string());
+    }
+    let stored_crc = read_u32(bytes, SEGMENT_CRC_OFFSET);
+    let actual_crc = crc32fast::hash(&bytes[..SEGMENT_CRC_OFFSET]);
+    if stored_crc != actual_crc {
+        return Err(format!(
+            "segment header checksum mismatch (stored {stored_crc:#010x}, computed {actual_crc:#010x})"
+        ));
+    }
+    let version = read_u32(bytes, SEGMENT_VERSION_OFFSET);
+    if version != FORMAT_VERSION {
+        return Err(format!(
+            "segment format version {version} is not supported (this build reads {FORMAT_VERSION})"
+        ));
+    }
+    let header_bytes = read_u32(bytes, SEGMENT_HEADER_BYTES_OFFSET);
+    if header_bytes as usize != SEGMENT_HEADER_BYTES {
+        return Err(format!(
+            "segment header size {header_bytes} is not {SEGMENT_HEADER_BYTES}"
+        ));
+    }
+    let first_lsn = read_u64(bytes, SEGMENT_FIRST_LSN_OFFSET);
+    if first_lsn == 0 {
+        return Err("segment first LSN is 0 (LSNs start at 1)".to_string());
+    }
+    Ok(SegmentHeader {
+        first_lsn,
+        salt: read_u32(bytes, SEGMENT_SALT_OFFSET),
+        crc: stored_crc,
+    })
+}
+
+/// Number of bytes a frame holding `payloads` occupies on disk.
+pub fn frame_bytes<P: AsRef<[u8]>>(payloads: &[P]) -> usize {
+    FRAME_HEADER_BYTES
+        + payloads
+            .iter()
+            .map(|payload| EVENT_LENGTH_PREFIX_BYTES + payload.as_ref().len())
+            .sum::<usize>()
+}
+
+/// Appends one frame holding `payloads` (LSNs `first_lsn..`) to `out`.
+///
+/// `durable_lsn` is the writer's durability watermark when the frame was
+/// written: every LSN below it had been fsynced. Recovery uses it to tell a
+/// torn unsynced tail from damage to acknowledged records.
+///
+/// `previous_crc` is the checksum of the frame before it in the segment (the
+/// segment header's for the first frame): the chain that keeps stale frames
+/// of earlier writes from being read as new ones. Returns this frame's
+/// checksum, the next frame's `previous_crc`.
+///
+/// The caller has checked the limits (`check_batch`).
+pub fn encode_frame<P: AsRef<[u8]>>(
+    out: &mut Vec<u8>,
+    first_lsn: Lsn,
+    durable_lsn: Lsn,
+    previous_crc: u32,
+    payloads: &[P],
+) -> u32 {
+    let start = out.len();
+    let body_bytes = frame_bytes(payloads) - FRAME_HEADER_BYTES;
+    debug_assert!(body_bytes <= BATCH_BYTES_MAX);
+    debug_assert!(!payloads.is_empty() && payloads.len() <= BATCH_EVENTS_MAX);
+    out.reserve(FRAME_HEADER_BYTES + body_bytes);
+    out.extend_from_slice(&[0u8; 4]);
+    out.extend_from_slice(&(body_bytes as u32).to_le_bytes());
+    out.extend_from_slice(&first_lsn.to_le_bytes());
+    out.extend_from_slice(&durable_lsn.to_le_bytes());
+    out.extend_from_slice(&(payloads.len() as u32).to_le_bytes());
+    out.extend_from_slice(&previous_crc.to_le_bytes());
+    for payload in payloads {
+        let payload = payload.as_ref();
+        out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(payload);
+    }
+    let crc = crc32fast::hash(&out[start + FRAME_BODY_BYTES_OFFSET..]);
+    out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+    crc
+}
+
+/// A checked frame, borrowed from the bytes it was decoded from.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame<'a> {
+    /// LSN of the first event in the frame.
+    pub first_lsn: Lsn,
+    /// The writer's durability watermark when this frame was written.
+    pub durable_lsn: Lsn,
+    /// Number of events in the frame (at least 1).
+    pub event_count: u32,
+    /// Checksum of the frame before this one (or of the segment header).
+    pub previous_crc: u32,
+    /// This frame's checksum.
+    pub crc: u32,
+    /// The frame body: `event_count` length-prefixed payloads.
+    pub body: &'a [u8],
+}
+
+impl<'a> Frame<'a> {
+    /// Bytes the whole frame occupies, header included.
+    pub fn size_bytes(&self) -> usize {
+        FRAME_HEADER_BYTES + self.body.len()
+    }
+
+    /// LSN one past the last event of the frame.
+    pub fn end_lsn(&self) -> Lsn {
+        self.first_lsn + u64::from(self.event_count)
+    }
+
+    /// The payloads of the frame, in LSN order.
+    pub fn events(&self) -> FrameEvents<'a> {
+        FrameEvents { rest: self.body }
+    }
+}
+
+/// Iterator over the payloads of a checked frame.
+#[derive(Debug, Clone)]
+pub struct FrameEvents<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for FrameEvents<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.rest.len() < EVENT_LENGTH_PREFIX_BYTES {
+            return None;
+        }
+        let length = read_u32(self.rest, 0) as usize;
+        let payload = self
+            .rest
+            .get(EVENT_LENGTH_PREFIX_BYTES..EVENT_LENGTH_PREFIX_BYTES + length)?;
+        self.rest = &self.rest[EVENT_LENGTH_PREFIX_BYTES + length..];
+        Some(payload)
+    }
+}
+
+/// What was found at an offset where a frame should start.
+#[derive(Debug, Clone, Copy)]
+pub enum FrameDecode<'a> {
+    /// A whole frame whose checksum and structure are valid.
+    Complete(Frame<'a>),
+    /// The bytes end before the frame does (`needed` bytes in all would be required,
+    /// or the header itself is cut short).
+    Incomplete {
+        /// Bytes the frame claims to need, when its header could be read.
+        needed: Option<usize>,
+    },
+    /// The bytes cannot be a frame written by convlog.
+    Invalid(&'static str),
+}
+
+/// Checks the header fields that can be checked without the body.
+///
+/// Returns the body length on success.
+fn check_frame_header(header: &[u8]) -> Result<usize, &'static str> {
+    let body_bytes = read_u32(header, FRAME_BODY_BYTES_OFFSET) as usize;
+    let event_count = read_u32(header, FRAME_EVENT_COUNT_OFFSET) as usize;
+    if event_count == 0 {
+        return Err("frame holds no events (zero fill or garbage)");
+    }
+    if event_count > BATCH_EVENTS_MAX {
+        return Err("frame event count exceeds BATCH_EVENTS_MAX");
+    }
+    if body_bytes > BATCH_BYTES_MAX {
+        return Err("frame body length exceeds BATCH_BYTES_MAX");
+    }
+    if body_bytes < event_count * EVENT_LENGTH_PREFIX_BYTES {
+        return Err("frame body too short for its event count");
+    }
+    if read_u64(header, FRAME_FIRST_LSN_OFFSET) == 0 {
+        return Err("frame first LSN is 0");
+    }
+    Ok(body_bytes)
+}
+
+/// Decodes the frame at the start of `bytes`.
+pub fn decode_frame(bytes: &[u8]) -> FrameDecode<'_> {
+    if bytes.len() < FRAME_HEADER_BYTES {
+        return FrameDecode::Incomplete { needed: None };
+    }
+    let body_bytes = match check_frame_header(&bytes[..FRAME_HEADER_BYTES]) {
+        Ok(body_bytes) => body_bytes,
+        Err(reason) => return FrameDecode::Invalid(reason),
+    };
+    let frame_bytes = FRAME_HEADER_BYTES + body_bytes;
+    if bytes.len() < frame_bytes {
+        return FrameDecode::Incomplete {
+            needed: Some(frame_bytes),
+        };
+    }
+    let stored_crc = read_u32(bytes, FRAME_CRC_OFFSET);
+    if crc32fast::hash(&bytes[FRAME_BODY_BYTES_OFFSET..frame_bytes]) != stored_crc {
+        return FrameDecode::Invalid("frame checksum mismatch");
+    }
+    let event_count = read_u32(bytes, FRAME_EVENT_COUNT_OFFSET);
+    let body = &bytes[FRAME_HEADER_BYTES..frame_bytes];
+    if !body_is_well_formed(body, event_count as usize) {
+        return FrameDecode::Invalid("frame body does not split into its event count");
+    }
+    FrameDecode::Complete(Frame {
+        first_lsn: read_u64(bytes, FRAME_FIRST_LSN_OFFSET),
+        durable_lsn: read_u64(bytes, FRAME_DURABLE_LSN_OFFSET),
+        event_count,
+        previous_crc: read_u32(bytes, FRAME_PREVIOUS_CRC_OFFSET),
+        crc: stored_crc,
+        body,
+    })
+}
+
+/// Reads only the frame header: the body length it announces, if plausible.
+///
+/// Used by readers that fetch a frame from a file in two reads.
+pub fn frame_length_from_header(header: &[u8]) -> Result<usize, &'static str> {
+    if header.len() < FRAME_HEADER_BYTES {
+        return Err("frame header cut short");
+    }
+    check_frame_header(&header[..FRAME_HEADER_BYTES]).map(|body| FRAME_HEADER_BYTES + body)
+}
+
+fn body_is_well_formed(body: &[u8], event_count: usize) -> bool {
+    let mut rest = body;
+    for _ in 0..event_count {
+        if rest.len() < EVENT_LENGTH_PREFIX_BYTES {
+            return false;
+        }
+        let length = read_u32(rest, 0) as usize;
+        if length > EVENT_BYTES_MAX || rest.len() - EVENT_LENGTH_PREFIX_BYTES < length {
+            return false;
+        }
+        rest = &rest[EVENT_LENGTH_PREFIX_BYTES + length..];
+    }
+    rest.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_header_round_trips_and_rejects_every_bit_flip() {
+        let header = encode_segment_header(42, 0xdead_beef);
+        let decoded = decode_segment_header(&header).unwrap();
+        assert_eq!((decoded.first_lsn, decoded.salt), (42, 0xdead_beef));
+        for bit in 0..SEGMENT_HEADER_BYTES * 8 {
+            let mut damaged = header;
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                decode_segment_header(&damaged).is_err(),
+                "bit {bit} flip accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn frame_round_trips() {
+        let mut out = Vec::new();
+        let payloads: [&[u8]; 3] = [b"one", b"", b"three"];
+        let crc = encode_frame(&mut out, 7, 5, 99, &payloads);
+        assert_eq!(out.len(), frame_bytes(&payloads));
+        let FrameDecode::Complete(frame) = decode_frame(&out) else {
+            panic!("frame did not decode");
+        };
+        assert_eq!(frame.first_lsn, 7);
+        assert_eq!(frame.durable_lsn, 5);
+        assert_eq!((frame.previous_crc, frame.crc), (99, crc));
+        assert_eq!(frame.end_lsn(), 10);
+        assert_eq!(frame.size_bytes(), out.len());
+        assert_eq!(frame.events().collect::<Vec<_>>(), payloads.to_vec());
+    }
+
+    #[test]
+    fn every_bit_flip_in_a_frame_is_detected() {
+        let mut out = Vec::new();
+        encode_frame(&mut out, 1, 1, 0, &[b"hello".as_slice(), b"world"]);
+        for bit in 0..out.len() * 8 {
+            let mut damaged = out.clone();
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                !matches!(decode_frame(&damaged), FrameDecode::Complete(_)),
+                "bit {bit} flip accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn every_proper_prefix_of_a_frame_is_incomplete_or_invalid() {
+        let mut out = Vec::new();
+        encode_frame(&mut out, 3, 1, 0, &[b"payload".as_slice()]);
+        for cut in 0..out.len() {
+            assert!(
+                !matches!(decode_frame(&out[..cut]), FrameDecode::Complete(_)),
+                "prefix of {cut} bytes accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn zero_fill_is_invalid() {
+        let zeros = [0u8; 64];
+        assert!(matches!(decode_frame(&zeros), FrameDecode::Invalid(_)));
+    }
+}

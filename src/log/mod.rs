@@ -1,0 +1,368 @@
+//! The durable segment log: framed, checksummed, group-committed, crash-recovering.
+//!
+//! A store is a directory of segment files named by their first LSN. Each
+//! [`Log::append_batch`] writes one frame: its events get consecutive LSNs,
+//! and after any crash the frame is either wholly there or wholly absent.
+//! `docs/format.md` specifies every byte; `ARCHITECTURE.md` the layers.
+//!
+//! ```
+//! use convlog::log::{Durability, Log, LogOptions};
+//!
+//! # fn main() -> convlog::Result<()> {
+//! let dir = tempfile::tempdir().unwrap();
+//! let log = Log::open(dir.path(), LogOptions::default())?;
+//! let lsn = log.append(b"user asked about Paris")?;
+//! let batch = log.append_batch(&[b"call_1 pending".as_slice(), b"call_2 pending"])?;
+//! assert_eq!(batch, lsn + 1..lsn + 3);
+//! log.append_with(b"not urgent", Durability::None)?;
+//! log.sync()?;
+//!
+//! let payloads: Vec<Vec<u8>> = log
+//!     .iter_from(batch.start)
+//!     .map(|record| record.map(|record| record.payload))
+//!     .collect::<convlog::Result<_>>()?;
+//! assert_eq!(payloads, [b"call_1 pending".to_vec(), b"call_2 pending".to_vec(), b"not urgent".to_vec()]);
+//! # Ok(()) }
+//! ```
+
+pub mod format;
+mod reader;
+pub mod recovery;
+pub mod segment;
+mod writer;
+
+use std::path::Path;
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::{Error, Result};
+use crate::storage::{FileSystem, LockGuard, Storage};
+
+pub use reader::{LogIter, LogReader, Position, ReaderOptions, Record};
+pub use recovery::{RecoveryReport, Salvage, TornTail, VerifyReport};
+pub use writer::WriterStats;
+
+/// A log sequence number: an event's position in the log. LSNs start at 1
+/// and are gap-free and increasing.
+pub type Lsn = u64;
+
+/// Name of the lock file in a store directory.
+pub const LOCK_FILE_NAME: &str = "LOCK";
+
+/// When an append is acknowledged, relative to making it durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Durable before `append` returns: the frame is written and
+    /// `fdatasync`ed. Issued at once, never delayed to gather a group
+    /// (concurrent appenders still share an fsync that is already due).
+    Sync,
+    /// Durable before `append` returns, with group commit: concurrent
+    /// appenders share one write and one `fdatasync`, optionally waiting
+    /// `LogOptions::group_commit_delay` for more to join. The default.
+    Group,
+    /// Acknowledged once written to the operating system; a background
+    /// thread fsyncs every interval. A process crash loses nothing
+    /// acknowledged; a machine crash can lose up to one interval.
+    Periodic(Duration),
+    /// Acknowledged once written to the operating system; durable only after
+    /// [`Log::sync`]. A process crash loses nothing acknowledged; a machine
+    /// crash can lose anything not yet synced.
+    None,
+}
+
+/// Options for opening a [`Log`].
+#[derive(Debug, Clone)]
+pub struct LogOptions {
+    /// Default durability of appends (`append_with` overrides it per call).
+    pub durability: Durability,
+    /// Segments roll before a frame would grow them past this size
+    /// (a segment holding one frame larger than this is allowed).
+    pub segment_bytes_max: u64,
+    /// Group commit: how long a write leader waits for more appenders
+    /// before writing. Zero (the default) writes at once; groups still form
+    /// from appenders that arrive during the previous write and fsync.
+    pub group_commit_delay: Option<Duration>,
+    /// Overlap the next group's write with the current group's fsync.
+    pub pipelined: bool,
+    /// On damage, keep what precedes it and move the rest into
+    /// `quarantine/` instead of failing the open. Off by default.
+    pub salvage: bool,
+    /// Sealed segments whose events all precede this LSN are checked by
+    /// header only on open (a snapshot covers them). Default 1: check all.
+    pub full_check_from_lsn: Lsn,
+    /// The storage to use (the real file system by default).
+    pub storage: Arc<dyn Storage>,
+}
+
+impl Default for LogOptions {
+    fn default() -> LogOptions {
+        LogOptions {
+            durability: Durability::Group,
+            segment_bytes_max: format::SEGMENT_BYTES_DEFAULT,
+            group_commit_delay: None,
+            pipelined: false,
+            salvage: false,
+            full_check_from_lsn: 1,
+            storage: Arc::new(FileSystem),
+        }
+    }
+}
+
+impl LogOptions {
+    fn check(&self) -> Result<()> {
+        if !(format::SEGMENT_BYTES_MIN..=format::SEGMENT_BYTES_LIMIT)
+            .contains(&self.segment_bytes_max)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "segment_bytes_max is {}; it must be between SEGMENT_BYTES_MIN ({}) and SEGMENT_BYTES_LIMIT ({})",
+                self.segment_bytes_max,
+                format::SEGMENT_BYTES_MIN,
+                format::SEGMENT_BYTES_LIMIT
+            )));
+        }
+        if let Durability::Periodic(interval) = self.durability {
+            if interval.is_zero() {
+                return Err(Error::InvalidArgument(
+                    "Durability::Periodic needs a non-zero interval".to_string(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Periodic {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The writer of a store: the one handle that appends. Share it between
+/// threads (`Arc<Log>`); appends from many threads form commit groups.
+pub struct Log {
+    writer: Arc<writer::Writer>,
+    view: Arc<reader::SharedView>,
+    report: RecoveryReport,
+    durability: Durability,
+    periodic: Option<Periodic>,
+    _lock: LockGuard,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Log")
+            .field("dir", &self.writer.dir())
+            .field("next_lsn", &self.next_lsn())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Log {
+    /// Opens (or creates) the store at `dir` for writing.
+    ///
+    /// Takes the store's lock (`Error::Locked` if another writer has it),
+    /// removes leftovers of interrupted segment creation, checks the sealed
+    /// segments, and cuts a torn tail off the last one. Corruption fails with
+    /// `Error::Corrupted` naming segment and offset, unless `salvage` is on.
+    pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> Result<Log> {
+        options.check()?;
+        let dir = dir.as_ref().to_path_buf();
+        let storage = Arc::clone(&options.storage);
+        storage
+            .create_dir_all(&dir)
+            .map_err(Error::io("create store directory", &dir))?;
+        let lock = storage
+            .try_lock(&dir.join(LOCK_FILE_NAME))
+            .map_err(|error| {
+                if error.kind() == std::io::ErrorKind::WouldBlock {
+                    Error::Locked { path: dir.clone() }
+                } else {
+                    Error::io("lock store", dir.join(LOCK_FILE_NAME))(error)
+                }
+            })?;
+        let recovered = recovery::recover(
+            storage.as_ref(),
+            &dir,
+            recovery::RecoveryOptions {
+                salvage: options.salvage,
+                full_check_from_lsn: options.full_check_from_lsn,
+            },
+        )?;
+        let next_lsn = recovered.report.next_lsn;
+        let view = Arc::new(reader::SharedView::new(
+            Arc::clone(&storage),
+            recovered
+                .sealed
+                .iter()
+                .map(|segment| (segment.first_lsn, segment.path.clone()))
+                .collect(),
+            recovered.active.first_lsn,
+            recovered.active.path.clone(),
+            Arc::clone(&recovered.active_file),
+            recovered.active_bytes,
+            next_lsn,
+        ));
+        let writer = Arc::new(writer::Writer::new(
+            dir,
+            options.clone(),
+            &recovered,
+            Arc::clone(&view),
+        ));
+        let periodic = match options.durability {
+            Durability::Periodic(interval) => {
+                Some(start_periodic_sync(Arc::downgrade(&writer), interval))
+            }
+            _ => None,
+        };
+        Ok(Log {
+            writer,
+            view,
+            report: recovered.report,
+            durability: options.durability,
+            periodic,
+            _lock: lock,
+        })
+    }
+
+    /// Appends one event with the log's default durability; returns its LSN.
+    pub fn append(&self, payload: &[u8]) -> Result<Lsn> {
+        self.append_with(payload, self.default_durability())
+    }
+
+    /// Appends one event with the given durability; returns its LSN.
+    pub fn append_with(&self, payload: &[u8], durability: Durability) -> Result<Lsn> {
+        Ok(self.writer.append(&[payload], durability)?.start)
+    }
+
+    /// Appends events as one atomic batch; returns their LSNs.
+    pub fn append_batch<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<std::ops::Range<Lsn>> {
+        self.writer.append(payloads, self.default_durability())
+    }
+
+    /// Appends events as one atomic batch with the given durability.
+    pub fn append_batch_with<P: AsRef<[u8]>>(
+        &self,
+        payloads: &[P],
+        durability: Durability,
+    ) -> Result<std::ops::Range<Lsn>> {
+        self.writer.append(payloads, durability)
+    }
+
+    /// Makes every event appended so far durable.
+    pub fn sync(&self) -> Result<()> {
+        self.writer.sync()
+    }
+
+    /// The LSN the next appended event will get.
+    pub fn next_lsn(&self) -> Lsn {
+        self.writer.next_lsn()
+    }
+
+    /// Every event with an LSN below this one is durable.
+    pub fn durable_lsn(&self) -> Lsn {
+        self.writer.durable_lsn()
+    }
+
+    /// Whether an I/O failure has stopped the writer (reopen the store).
+    pub fn is_poisoned(&self) -> bool {
+        self.writer.is_poisoned()
+    }
+
+    /// What recovery did when this log was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// Counters of the writer's work since open.
+    pub fn writer_stats(&self) -> WriterStats {
+        self.writer.stats()
+    }
+
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        self.writer.dir()
+    }
+
+    /// A reader of this log that sees events as soon as they are written
+    /// (before they are durable under `Group` or `Sync`).
+    pub fn reader(&self) -> LogReader {
+        LogReader::for_writer(Arc::clone(&self.view))
+    }
+
+    /// Iterates over events with LSN `lsn` and above.
+    pub fn iter_from(&self, lsn: Lsn) -> LogIter {
+        self.reader().iter_from(lsn)
+    }
+
+    /// One past the last event readers can see now.
+    pub fn visible_next_lsn(&self) -> Lsn {
+        self.view.visible_next_lsn()
+    }
+
+    fn default_durability(&self) -> Durability {
+        self.durability
+    }
+}
+
+fn start_periodic_sync(writer: Weak<writer::Writer>, interval: Duration) -> Periodic {
+    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let thread_stop = Arc::clone(&stop);
+    let thread = std::thread::Builder::new()
+        .name("convlog-periodic-sync".to_string())
+        .spawn(move || loop {
+            {
+                let (stopped, wake) = &*thread_stop;
+                let mut stopped = stopped.lock();
+                if !*stopped {
+                    wake.wait_for(&mut stopped, interval);
+                }
+                if *stopped {
+                    return;
+                }
+            }
+            let Some(writer) = writer.upgrade() else {
+                return;
+            };
+            if writer.sync().is_err() {
+                return;
+            }
+        })
+        .ok();
+    Periodic { stop, thread }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        if let Some(mut periodic) = self.periodic.take() {
+            *periodic.stop.0.lock() = true;
+            periodic.stop.1.notify_all();
+            if let Some(thread) = periodic.thread.take() {
+                let _ = thread.join();
+            }
+        }
+        if !self.writer.is_poisoned() {
+            // Best effort: appends under None or Periodic become durable on a
+            // clean close. Errors here have no one left to report to.
+            let _ = self.writer.sync();
+        }
+    }
+}
+
+/// Checks every frame of every segment of the store at `dir` without
+/// changing it (no lock needed).
+pub fn verify(dir: impl AsRef<Path>) -> Result<VerifyReport> {
+    recovery::verify(&FileSystem, dir.as_ref())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<super::Log>();
+        check::<super::LogReader>();
+    }
+}

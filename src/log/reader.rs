@@ -1,0 +1,687 @@
+//! Reading the log: forward iteration from any LSN, across segments, and
+//! following a log while a writer (in this or another process) appends.
+//!
+//! Sealed segments are read through a read-only memory map. The active
+//! (last) segment is read with positioned reads, never mapped: a writer that
+//! recovers from a crash may shrink it, and a map of it could then fault.
+//!
+//! A reader never yields a record from a frame that is incomplete or fails
+//! its checksum. In the active segment of a directory reader (another
+//! process's log) such a frame is the end of what has been written *so far*;
+//! anywhere else it is corruption, reported with segment and offset.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::error::{Error, Result};
+use crate::log::format::{self, FrameDecode, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::log::Lsn;
+use crate::log::{recovery, segment};
+use crate::storage::{FileSystem, SharedBytes, Storage, StorageFile};
+
+/// Where a record's frame starts: the segment (by first LSN) and byte offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Position {
+    /// First LSN of the segment holding the frame.
+    pub segment: Lsn,
+    /// Byte offset of the frame in that segment.
+    pub offset: u64,
+}
+
+/// One event read back from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The event's LSN.
+    pub lsn: Lsn,
+    /// Where the frame (atomic batch) holding the event starts.
+    pub position: Position,
+    /// The bytes that were appended.
+    pub payload: Vec<u8>,
+}
+
+struct SealedSegment {
+    first_lsn: Lsn,
+    path: PathBuf,
+    bytes: OnceLock<SharedBytes>,
+}
+
+impl std::fmt::Debug for SealedSegment {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("SealedSegment")
+            .field("first_lsn", &self.first_lsn)
+            .field("path", &self.path)
+            .field("mapped", &self.bytes.get().is_some())
+            .finish()
+    }
+}
+
+impl SealedSegment {
+    fn new(first_lsn: Lsn, path: PathBuf) -> Arc<SealedSegment> {
+        Arc::new(SealedSegment {
+            first_lsn,
+            path,
+            bytes: OnceLock::new(),
+        })
+    }
+
+    fn bytes(&self, storage: &dyn Storage) -> Result<&[u8]> {
+        if self.bytes.get().is_none() {
+            let mapped = storage
+                .read_immutable(&self.path)
+                .map_err(Error::io("map sealed segment", &self.path))?;
+            let _ = self.bytes.set(mapped);
+        }
+        let bytes = self.bytes.get().expect("set above");
+        Ok((**bytes).as_ref())
+    }
+}
+
+#[derive(Debug, Clone)]
+struct ActiveSegment {
+    first_lsn: Lsn,
+    path: PathBuf,
+    file: Arc<dyn StorageFile>,
+    /// Bytes known to hold complete frames; `None` when unknown (another
+    /// process writes the segment).
+    limit: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+enum SegmentRef {
+    Sealed(Arc<SealedSegment>),
+    Active(ActiveSegment),
+}
+
+impl SegmentRef {
+    fn first_lsn(&self) -> Lsn {
+        match self {
+            SegmentRef::Sealed(sealed) => sealed.first_lsn,
+            SegmentRef::Active(active) => active.first_lsn,
+        }
+    }
+
+    fn path(&self) -> &Path {
+        match self {
+            SegmentRef::Sealed(sealed) => &sealed.path,
+            SegmentRef::Active(active) => &active.path,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ViewState {
+    sealed: Vec<Arc<SealedSegment>>,
+    active: ActiveSegment,
+    visible_next_lsn: Lsn,
+}
+
+/// The writer's segments as readers in the same process see them.
+#[derive(Debug)]
+pub(crate) struct SharedView {
+    storage: Arc<dyn Storage>,
+    state: RwLock<ViewState>,
+    generation: Mutex<u64>,
+    published: Condvar,
+}
+
+impl SharedView {
+    pub(crate) fn new(
+        storage: Arc<dyn Storage>,
+        sealed: Vec<(Lsn, PathBuf)>,
+        active_first_lsn: Lsn,
+        active_path: PathBuf,
+        active_file: Arc<dyn StorageFile>,
+        visible_bytes: u64,
+        visible_next_lsn: Lsn,
+    ) -> SharedView {
+        SharedView {
+            storage,
+            state: RwLock::new(ViewState {
+                sealed: sealed
+                    .into_iter()
+                    .map(|(first_lsn, path)| SealedSegment::new(first_lsn, path))
+                    .collect(),
+                active: ActiveSegment {
+                    first_lsn: active_first_lsn,
+                    path: active_path,
+                    file: active_file,
+                    limit: Some(visible_bytes),
+                },
+                visible_next_lsn,
+            }),
+            generation: Mutex::new(0),
+            published: Condvar::new(),
+        }
+    }
+
+    /// Makes `bytes` of the active segment (up to `next_lsn`) visible.
+    pub(crate) fn publish_active(&self, bytes: u64, next_lsn: Lsn) {
+        {
+            let mut state = self.state.write();
+            state.active.limit = Some(bytes);
+            state.visible_next_lsn = next_lsn;
+        }
+        self.bump();
+    }
+
+    /// Seals the active segment and makes `path` the new, empty active one.
+    pub(crate) fn seal_and_start(
+        &self,
+        sealed_path: PathBuf,
+        first_lsn: Lsn,
+        path: PathBuf,
+        file: Arc<dyn StorageFile>,
+    ) {
+        {
+            let mut state = self.state.write();
+            let sealed_first_lsn = state.active.first_lsn;
+            state
+                .sealed
+                .push(SealedSegment::new(sealed_first_lsn, sealed_path));
+            state.active = ActiveSegment {
+                first_lsn,
+                path,
+                file,
+                limit: Some(SEGMENT_HEADER_BYTES as u64),
+            };
+        }
+        self.bump();
+    }
+
+    fn bump(&self) {
+        *self.generation.lock() += 1;
+        self.published.notify_all();
+    }
+
+    fn layout(&self) -> Vec<SegmentRef> {
+        let state = self.state.read();
+        let mut layout: Vec<SegmentRef> = state
+            .sealed
+            .iter()
+            .cloned()
+            .map(SegmentRef::Sealed)
+            .collect();
+        layout.push(SegmentRef::Active(state.active.clone()));
+        layout
+    }
+
+    pub(crate) fn visible_next_lsn(&self) -> Lsn {
+        self.state.read().visible_next_lsn
+    }
+
+    fn wait_for_publish(&self, seen: u64, deadline: Instant) -> u64 {
+        let mut generation = self.generation.lock();
+        if *generation == seen {
+            self.published.wait_until(&mut generation, deadline);
+        }
+        *generation
+    }
+
+    fn generation(&self) -> u64 {
+        *self.generation.lock()
+    }
+}
+
+/// Segments of a store read from its directory (another process writes it).
+#[derive(Debug)]
+struct DirectorySource {
+    dir: PathBuf,
+    storage: Arc<dyn Storage>,
+    sealed: HashMap<Lsn, Arc<SealedSegment>>,
+    open: HashMap<Lsn, Arc<dyn StorageFile>>,
+}
+
+impl DirectorySource {
+    fn layout(&mut self) -> Result<Vec<SegmentRef>> {
+        let segments = segment::list(self.storage.as_ref(), &self.dir)?.segments;
+        let mut layout = Vec::with_capacity(segments.len());
+        for (index, file) in segments.iter().enumerate() {
+            if index + 1 < segments.len() {
+                let sealed = self
+                    .sealed
+                    .entry(file.first_lsn)
+                    .or_insert_with(|| SealedSegment::new(file.first_lsn, file.path.clone()));
+                layout.push(SegmentRef::Sealed(Arc::clone(sealed)));
+            } else {
+                let handle = match self.open.get(&file.first_lsn) {
+                    Some(handle) => Arc::clone(handle),
+                    None => {
+                        let handle: Arc<dyn StorageFile> = Arc::from(
+                            self.storage
+                                .open_read(&file.path)
+                                .map_err(Error::io("open segment", &file.path))?,
+                        );
+                        self.open.insert(file.first_lsn, Arc::clone(&handle));
+                        handle
+                    }
+                };
+                layout.push(SegmentRef::Active(ActiveSegment {
+                    first_lsn: file.first_lsn,
+                    path: file.path.clone(),
+                    file: handle,
+                    limit: None,
+                }));
+            }
+        }
+        let known: std::collections::HashSet<Lsn> =
+            segments.iter().map(|file| file.first_lsn).collect();
+        self.sealed.retain(|lsn, _| known.contains(lsn));
+        self.open.retain(|lsn, _| known.contains(lsn));
+        Ok(layout)
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Source {
+    Writer(Arc<SharedView>),
+    Directory(Arc<Mutex<DirectorySource>>),
+}
+
+impl Source {
+    fn layout(&self) -> Result<Vec<SegmentRef>> {
+        match self {
+            Source::Writer(view) => Ok(view.layout()),
+            Source::Directory(directory) => directory.lock().layout(),
+        }
+    }
+
+    fn storage(&self) -> Arc<dyn Storage> {
+        match self {
+            Source::Writer(view) => Arc::clone(&view.storage),
+            Source::Directory(directory) => Arc::clone(&directory.lock().storage),
+        }
+    }
+}
+
+/// Options of a read-only opener.
+#[derive(Debug, Clone)]
+pub struct ReaderOptions {
+    /// Stop quietly at the first damage instead of returning
+    /// `Error::Corrupted`: everything before the damage stays readable.
+    pub salvage: bool,
+    /// The storage to read through (the real file system by default).
+    pub storage: Arc<dyn Storage>,
+}
+
+impl Default for ReaderOptions {
+    fn default() -> ReaderOptions {
+        ReaderOptions {
+            salvage: false,
+            storage: Arc::new(FileSystem),
+        }
+    }
+}
+
+/// A read-only view of a log. Takes no lock: any number of readers, in any
+/// process, may read and follow a log while its one writer appends.
+#[derive(Debug, Clone)]
+pub struct LogReader {
+    source: Source,
+    salvage: bool,
+}
+
+impl LogReader {
+    /// Opens the store at `dir` for reading.
+    pub fn open(dir: impl AsRef<Path>) -> Result<LogReader> {
+        LogReader::open_with(dir, ReaderOptions::default())
+    }
+
+    /// Opens the store at `dir` for reading with `options`.
+    pub fn open_with(dir: impl AsRef<Path>, options: ReaderOptions) -> Result<LogReader> {
+        let dir = dir.as_ref().to_path_buf();
+        if segment::list(options.storage.as_ref(), &dir)?
+            .segments
+            .is_empty()
+        {
+            return Err(Error::NotAStore { path: dir });
+        }
+        Ok(LogReader {
+            source: Source::Directory(Arc::new(Mutex::new(DirectorySource {
+                dir,
+                storage: options.storage,
+                sealed: HashMap::new(),
+                open: HashMap::new(),
+            }))),
+            salvage: options.salvage,
+        })
+    }
+
+    pub(crate) fn for_writer(view: Arc<SharedView>) -> LogReader {
+        LogReader {
+            source: Source::Writer(view),
+            salvage: false,
+        }
+    }
+
+    /// Iterates over every event from the start of the log.
+    pub fn iter(&self) -> LogIter {
+        self.iter_from(1)
+    }
+
+    /// Iterates over events with LSN `lsn` and above.
+    ///
+    /// The iterator is not fused: after it returns `None` (the end of what
+    /// has been written so far), calling `next` again returns events that a
+    /// writer appended meanwhile. [`LogIter::wait_next`] blocks for them.
+    pub fn iter_from(&self, lsn: Lsn) -> LogIter {
+        LogIter {
+            storage: self.source.storage(),
+            source: self.source.clone(),
+            salvage: self.salvage,
+            next_lsn: lsn,
+            cursor: None,
+            layout: Vec::new(),
+            buffered: VecDeque::new(),
+            stopped: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Cursor {
+    /// Index of the segment in the iterator's current layout.
+    segment: usize,
+    /// First LSN of that segment (finds it again in a refreshed layout).
+    segment_lsn: Lsn,
+    offset: u64,
+    lsn: Lsn,
+    /// Checksum the next frame must link to; `None` until the segment
+    /// header has been read.
+    chain_crc: Option<u32>,
+}
+
+/// What reading at a cursor found.
+enum Step {
+    /// A frame was read and its events at or past `next_lsn` buffered.
+    Frame,
+    /// No frame here yet (end of the segment, or of what is written so far).
+    End,
+    /// Corruption at this offset.
+    Damaged(u64, String),
+}
+
+/// Forward iterator over the events of a log; see [`LogReader::iter_from`].
+pub struct LogIter {
+    source: Source,
+    storage: Arc<dyn Storage>,
+    salvage: bool,
+    next_lsn: Lsn,
+    cursor: Option<Cursor>,
+    layout: Vec<SegmentRef>,
+    buffered: VecDeque<Record>,
+    stopped: bool,
+}
+
+impl std::fmt::Debug for LogIter {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("LogIter")
+            .field("next_lsn", &self.next_lsn)
+            .field("cursor", &self.cursor)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LogIter {
+    /// The LSN of the next event this iterator will return.
+    pub fn next_lsn(&self) -> Lsn {
+        self.buffered
+            .front()
+            .map_or(self.next_lsn, |record| record.lsn)
+    }
+
+    /// Returns the next event, waiting up to `timeout` for a writer to
+    /// append one. `None` when none arrived in time.
+    pub fn wait_next(&mut self, timeout: Duration) -> Option<Result<Record>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let generation = match &self.source {
+                Source::Writer(view) => Some(view.generation()),
+                Source::Directory(_) => None,
+            };
+            if let Some(item) = self.next() {
+                return Some(item);
+            }
+            if self.stopped || Instant::now() >= deadline {
+                return None;
+            }
+            match (&self.source, generation) {
+                (Source::Writer(view), Some(seen)) => {
+                    view.wait_for_publish(seen, deadline);
+                }
+                _ => std::thread::sleep(Duration::from_millis(2).min(deadline - Instant::now())),
+            }
+        }
+    }
+
+    fn fill(&mut self) -> Result<bool> {
+        let mut refreshed = false;
+        if self.layout.is_empty() {
+            self.layout = self.source.layout()?;
+            refreshed = true;
+        }
+        loop {
+            let Some(mut cursor) = self.cursor else {
+                self.cursor = Some(self.start_cursor());
+                continue;
+            };
+            match self.step(&mut cursor)? {
+                Step::Frame => {
+                    self.cursor = Some(cursor);
+                    if !self.buffered.is_empty() {
+                        return Ok(true);
+                    }
+                }
+                Step::Damaged(offset, reason) => {
+                    return self.damaged(cursor.segment, offset, reason)
+                }
+                Step::End => {
+                    if cursor.segment + 1 < self.layout.len() {
+                        // Every segment before the last one of a layout is sealed.
+                        let next = &self.layout[cursor.segment + 1];
+                        if next.first_lsn() != cursor.lsn {
+                            let reason = format!(
+                                "segment ends before LSN {} but the next segment starts at LSN {}",
+                                cursor.lsn,
+                                next.first_lsn()
+                            );
+                            return self.damaged(cursor.segment, cursor.offset, reason);
+                        }
+                        self.cursor = Some(Cursor {
+                            segment: cursor.segment + 1,
+                            segment_lsn: next.first_lsn(),
+                            offset: SEGMENT_HEADER_BYTES as u64,
+                            lsn: next.first_lsn(),
+                            chain_crc: None,
+                        });
+                        continue;
+                    }
+                    if refreshed {
+                        return Ok(false);
+                    }
+                    self.layout = self.source.layout()?;
+                    refreshed = true;
+                    // Find the cursor's segment again; if it is gone (removed
+                    // by compaction or salvage), start over from `next_lsn`.
+                    self.cursor = self
+                        .layout
+                        .iter()
+                        .position(|segment| segment.first_lsn() == cursor.segment_lsn)
+                        .map(|segment| Cursor { segment, ..cursor });
+                }
+            }
+        }
+    }
+
+    fn start_cursor(&self) -> Cursor {
+        let index = self
+            .layout
+            .iter()
+            .rposition(|segment| segment.first_lsn() <= self.next_lsn)
+            .unwrap_or(0);
+        Cursor {
+            segment: index,
+            segment_lsn: self.layout[index].first_lsn(),
+            offset: SEGMENT_HEADER_BYTES as u64,
+            lsn: self.layout[index].first_lsn(),
+            chain_crc: None,
+        }
+    }
+
+    fn damaged(&mut self, segment: usize, offset: u64, reason: String) -> Result<bool> {
+        self.stopped = true;
+        if self.salvage {
+            return Ok(false);
+        }
+        Err(Error::Corrupted {
+            segment: self.layout[segment].path().to_path_buf(),
+            offset,
+            reason,
+        })
+    }
+
+    fn step(&mut self, cursor: &mut Cursor) -> Result<Step> {
+        let segment = self.layout[cursor.segment].clone();
+        match segment {
+            SegmentRef::Sealed(sealed) => {
+                let bytes = sealed.bytes(self.storage.as_ref())?;
+                if cursor.chain_crc.is_none() {
+                    match format::decode_segment_header(bytes) {
+                        Ok(header) => cursor.chain_crc = Some(header.crc),
+                        Err(reason) => return Ok(Step::Damaged(0, reason)),
+                    }
+                }
+                let Some(rest) = bytes.get(cursor.offset as usize..) else {
+                    return Ok(Step::Damaged(
+                        cursor.offset,
+                        "offset past the end of the segment".into(),
+                    ));
+                };
+                if rest.is_empty() {
+                    return Ok(Step::End);
+                }
+                Ok(self.take_frame(rest, cursor))
+            }
+            SegmentRef::Active(active) => self.step_active(&active, cursor),
+        }
+    }
+
+    fn step_active(&mut self, active: &ActiveSegment, cursor: &mut Cursor) -> Result<Step> {
+        let path = &active.path;
+        if let Some(limit) = active.limit {
+            if cursor.offset >= limit {
+                return Ok(Step::End);
+            }
+        }
+        if cursor.chain_crc.is_none() {
+            let mut segment_header = [0u8; SEGMENT_HEADER_BYTES];
+            let read = active
+                .file
+                .read_at(&mut segment_header, 0)
+                .map_err(Error::io("read segment header", path))?;
+            match format::decode_segment_header(&segment_header[..read]) {
+                Ok(header) => cursor.chain_crc = Some(header.crc),
+                Err(reason) => return Ok(Step::Damaged(0, reason)),
+            }
+        }
+        let mut header = [0u8; FRAME_HEADER_BYTES];
+        let read = active
+            .file
+            .read_at(&mut header, cursor.offset)
+            .map_err(Error::io("read segment", path))?;
+        let incomplete_or_damaged = |reason: &str| match active.limit {
+            // Another process is writing: the frame may not be finished yet.
+            None => Step::End,
+            Some(_) => Step::Damaged(cursor.offset, reason.to_string()),
+        };
+        if read < FRAME_HEADER_BYTES {
+            return Ok(incomplete_or_damaged("frame header cut short"));
+        }
+        let frame_bytes = match format::frame_length_from_header(&header) {
+            Ok(length) => length,
+            Err(reason) => return Ok(incomplete_or_damaged(reason)),
+        };
+        if let Some(limit) = active.limit {
+            if cursor.offset + frame_bytes as u64 > limit {
+                return Ok(Step::Damaged(
+                    cursor.offset,
+                    "frame runs past the written end".into(),
+                ));
+            }
+        }
+        let mut frame = vec![0u8; frame_bytes];
+        let read = active
+            .file
+            .read_at(&mut frame, cursor.offset)
+            .map_err(Error::io("read segment", path))?;
+        if read < frame_bytes {
+            return Ok(incomplete_or_damaged("frame cut short"));
+        }
+        match self.take_frame(&frame, cursor) {
+            // Another process may still be writing this frame; if it is
+            // really damaged, it is reported once its segment is sealed.
+            Step::Damaged(..) if active.limit.is_none() => Ok(Step::End),
+            step => Ok(step),
+        }
+    }
+
+    /// Decodes the frame at the start of `bytes` and buffers its events.
+    fn take_frame(&mut self, bytes: &[u8], cursor: &mut Cursor) -> Step {
+        let frame = match format::decode_frame(bytes) {
+            FrameDecode::Complete(frame) => frame,
+            FrameDecode::Incomplete { .. } => {
+                return Step::Damaged(cursor.offset, "frame cut short".to_string())
+            }
+            FrameDecode::Invalid(reason) => {
+                return Step::Damaged(cursor.offset, reason.to_string())
+            }
+        };
+        let chain_crc = cursor.chain_crc.expect("the segment header was read first");
+        if let Err(reason) = recovery::frame_follows(&frame, cursor.lsn, chain_crc) {
+            return Step::Damaged(cursor.offset, reason);
+        }
+        let position = Position {
+            segment: self.layout[cursor.segment].first_lsn(),
+            offset: cursor.offset,
+        };
+        for (lsn, payload) in (frame.first_lsn..).zip(frame.events()) {
+            if lsn >= self.next_lsn {
+                self.buffered.push_back(Record {
+                    lsn,
+                    position,
+                    payload: payload.to_vec(),
+                });
+            }
+        }
+        if let Some(last) = self.buffered.back() {
+            self.next_lsn = last.lsn + 1;
+        }
+        cursor.offset += frame.size_bytes() as u64;
+        cursor.lsn = frame.end_lsn();
+        cursor.chain_crc = Some(frame.crc);
+        Step::Frame
+    }
+}
+
+impl Iterator for LogIter {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Result<Record>> {
+        if let Some(record) = self.buffered.pop_front() {
+            return Some(Ok(record));
+        }
+        if self.stopped {
+            return None;
+        }
+        match self.fill() {
+            Ok(true) => self.buffered.pop_front().map(Ok),
+            Ok(false) => None,
+            Err(error) => Some(Err(error)),
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! Real processes: a writer killed with SIGKILL at random moments, a reader
+//! in another process following a writer, and the lock across processes.
+//!
+//! Each test re-runs this test binary as a child, selecting one test by name
+//! and a role through `CONVLOG_TEST_ROLE` (see `common::spawn_role`).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{env_number, read_all, role, spawn_role, Rng};
+use convlog::log::{Durability, Log, LogOptions, LogReader};
+use convlog::Error;
+
+/// Payload of event `index` of batch `batch` (of `size` events).
+fn kill_payload(batch: &str, index: usize, size: usize) -> Vec<u8> {
+    format!("{batch}:{index}/{size}:")
+        .repeat(1 + index % 3)
+        .into_bytes()
+}
+
+fn store_from_env() -> PathBuf {
+    PathBuf::from(std::env::var("CONVLOG_TEST_STORE").unwrap())
+}
+
+/// Child role: appends durable batches from 4 threads until killed, printing
+/// `ACK <first_lsn> <batch id> <size>` after each acknowledgement.
+fn run_appender() {
+    let options = LogOptions {
+        segment_bytes_max: 64 * 1024,
+        pipelined: std::env::var("CONVLOG_TEST_PIPELINED").is_ok(),
+        ..LogOptions::default()
+    };
+    let log = Arc::new(Log::open(store_from_env(), options).unwrap());
+    let cycle = std::env::var("CONVLOG_TEST_CYCLE").unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|thread| {
+            let log = Arc::clone(&log);
+            let cycle = cycle.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng::new(thread as u64 + 1);
+                for counter in 0.. {
+                    let batch = format!("c{cycle}t{thread}n{counter}");
+                    let size = 1 + rng.below(4) as usize;
+                    let payloads: Vec<Vec<u8>> = (0..size)
+                        .map(|index| kill_payload(&batch, index, size))
+                        .collect();
+                    let durability = if counter % 2 == 0 {
+                        Durability::Group
+                    } else {
+                        Durability::Sync
+                    };
+                    let lsns = log.append_batch_with(&payloads, durability).unwrap();
+                    let mut stdout = std::io::stdout().lock();
+                    writeln!(stdout, "ACK {} {batch} {size}", lsns.start).unwrap();
+                    stdout.flush().unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
+
+#[test]
+fn sigkill_at_random_moments_never_loses_an_acknowledged_append() {
+    if role().as_deref() == Some("appender") {
+        run_appender();
+        return;
+    }
+    let cycles = env_number("CONVLOG_KILL_CYCLES", 100);
+    let seed = env_number("CONVLOG_KILL_SEED", 0x5eed);
+    eprintln!("kill test: {cycles} cycles, seed {seed} (CONVLOG_KILL_CYCLES / CONVLOG_KILL_SEED)");
+    let mut rng = Rng::new(seed);
+    let dir = tempfile::tempdir().unwrap();
+    // LSN -> (batch id, index, size) for every acknowledged event.
+    let mut acknowledged: BTreeMap<u64, (String, usize, usize)> = BTreeMap::new();
+    let mut total_kills = 0;
+    for cycle in 0..cycles {
+        let mut env = vec![
+            ("CONVLOG_TEST_STORE", dir.path().display().to_string()),
+            ("CONVLOG_TEST_CYCLE", cycle.to_string()),
+        ];
+        if cycle % 2 == 1 {
+            env.push(("CONVLOG_TEST_PIPELINED", "1".to_string()));
+        }
+        let mut child = spawn_role(
+            "sigkill_at_random_moments_never_loses_an_acknowledged_append",
+            "appender",
+            &env,
+        );
+        let stdout = child.stdout.take().unwrap();
+        // Read acknowledgements on a thread while the child runs.
+        let reader = std::thread::spawn(move || {
+            BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .filter(|line| line.starts_with("ACK "))
+                .collect::<Vec<_>>()
+        });
+        std::thread::sleep(Duration::from_millis(5 + rng.below(60)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        total_kills += 1;
+        for line in reader.join().unwrap() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            // A line cut by the kill is not a whole acknowledgement.
+            if fields.len() != 4 {
+                continue;
+            }
+            let (Ok(first), Ok(size)) = (fields[1].parse::<u64>(), fields[3].parse::<usize>())
+            else {
+                continue;
+            };
+            for index in 0..size {
+                acknowledged.insert(first + index as u64, (fields[2].to_string(), index, size));
+            }
+        }
+
+        // Recover as the next writer would, then check the whole log.
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        let records: Vec<_> = log.iter_from(1).map(|record| record.unwrap()).collect();
+        drop(log);
+        for (position, record) in records.iter().enumerate() {
+            assert_eq!(
+                record.lsn,
+                position as u64 + 1,
+                "cycle {cycle}: LSNs are gap-free"
+            );
+        }
+        for (lsn, (batch, index, size)) in &acknowledged {
+            let record = records.get(*lsn as usize - 1).unwrap_or_else(|| {
+                panic!("cycle {cycle} seed {seed}: acknowledged LSN {lsn} lost")
+            });
+            assert_eq!(
+                record.payload,
+                kill_payload(batch, *index, *size),
+                "cycle {cycle}: LSN {lsn}"
+            );
+        }
+        // Batches are all-or-nothing: parse each record's batch header.
+        let mut position = 0;
+        while position < records.len() {
+            let text = String::from_utf8(records[position].payload.clone()).unwrap();
+            let mut parts = text.split(':');
+            let batch = parts.next().unwrap();
+            let size: usize = parts
+                .next()
+                .unwrap()
+                .split('/')
+                .nth(1)
+                .unwrap()
+                .parse()
+                .unwrap();
+            for index in 0..size {
+                let record = records
+                    .get(position + index)
+                    .unwrap_or_else(|| panic!("cycle {cycle}: batch {batch} is cut short"));
+                assert_eq!(
+                    record.payload,
+                    kill_payload(batch, index, size),
+                    "cycle {cycle}: batch {batch}"
+                );
+            }
+            position += size;
+        }
+    }
+    assert_eq!(total_kills, cycles);
+    assert!(
+        !acknowledged.is_empty(),
+        "the children acknowledged nothing"
+    );
+    eprintln!(
+        "kill test: {total_kills} kills, {} acknowledged events checked, 0 lost",
+        acknowledged.len()
+    );
+}
+
+#[test]
+fn a_reader_in_another_process_follows_a_writer() {
+    if role().as_deref() == Some("follower") {
+        let expected = env_number("CONVLOG_TEST_EXPECTED", 0);
+        let reader = LogReader::open(store_from_env()).unwrap();
+        let mut iter = reader.iter_from(1);
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "READY").unwrap();
+        stdout.flush().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut seen = 0;
+        while seen < expected && Instant::now() < deadline {
+            if let Some(record) = iter.wait_next(Duration::from_millis(200)) {
+                let record = record.unwrap();
+                writeln!(
+                    stdout,
+                    "GOT {} {}",
+                    record.lsn,
+                    String::from_utf8(record.payload).unwrap()
+                )
+                .unwrap();
+                stdout.flush().unwrap();
+                seen += 1;
+            }
+        }
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), common::small_segments()).unwrap();
+    log.append(b"before the reader started").unwrap();
+    let count = 300u64;
+    let mut child = spawn_role(
+        "a_reader_in_another_process_follows_a_writer",
+        "follower",
+        &[
+            ("CONVLOG_TEST_STORE", dir.path().display().to_string()),
+            ("CONVLOG_TEST_EXPECTED", count.to_string()),
+        ],
+    );
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines.next().expect("follower exited early").unwrap();
+        if line == "READY" {
+            break;
+        }
+    }
+    for index in 1..count {
+        log.append(
+            format!("event {index}")
+                .repeat(1 + index as usize % 20)
+                .as_bytes(),
+        )
+        .unwrap();
+        if index % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let got: Vec<String> = lines
+        .map_while(Result::ok)
+        .filter(|line| line.starts_with("GOT "))
+        .collect();
+    child.wait().unwrap();
+    assert_eq!(got.len() as u64, count, "the follower saw every record");
+    assert!(
+        common::segment_paths(dir.path()).len() > 3,
+        "the follower crossed segment rolls"
+    );
+    for (index, line) in got.iter().enumerate() {
+        let expected = if index == 0 {
+            "before the reader started".to_string()
+        } else {
+            format!("event {index}").repeat(1 + index % 20)
+        };
+        assert_eq!(line, &format!("GOT {} {expected}", index + 1));
+    }
+}
+
+#[test]
+fn a_second_writer_in_another_process_gets_locked() {
+    if role().as_deref() == Some("second-writer") {
+        let outcome = match Log::open(store_from_env(), LogOptions::default()) {
+            Err(Error::Locked { path }) => format!("LOCKED {}", path.display()),
+            Err(other) => format!("ERROR {other}"),
+            Ok(_) => "OPENED".to_string(),
+        };
+        println!("{outcome}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    log.append(b"held").unwrap();
+    let run_child = || {
+        let child = spawn_role(
+            "a_second_writer_in_another_process_gets_locked",
+            "second-writer",
+            &[("CONVLOG_TEST_STORE", dir.path().display().to_string())],
+        );
+        let output = child.wait_with_output().unwrap();
+        String::from_utf8(output.stdout)
+            .unwrap()
+            .lines()
+            .find(|line| {
+                line.starts_with("LOCKED")
+                    || line.starts_with("OPENED")
+                    || line.starts_with("ERROR")
+            })
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(run_child(), format!("LOCKED {}", dir.path().display()));
+    // Readers need no lock, even while the writer holds it.
+    assert_eq!(read_all(dir.path()).len(), 1);
+    drop(log);
+    assert_eq!(run_child(), "OPENED");
+}

@@ -1,0 +1,377 @@
+//! The writer: group commit under concurrency, the one-writer lock, limits,
+//! and poisoning after an I/O failure.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{read_all, small_segments};
+use convlog::log::format::{BATCH_EVENTS_MAX, EVENT_BYTES_MAX};
+use convlog::log::{Durability, Log, LogOptions};
+use convlog::storage::{FileSystem, LockGuard, SharedBytes, Storage, StorageFile};
+use convlog::Error;
+
+fn concurrent_appends(options: LogOptions, threads: usize, per_thread: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(Log::open(dir.path(), options.clone()).unwrap());
+    let handles: Vec<_> = (0..threads)
+        .map(|thread| {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                let mut acknowledged = Vec::new();
+                for index in 0..per_thread {
+                    let payload = format!("thread {thread} event {index} ").repeat(1 + index % 5);
+                    if index % 7 == 0 {
+                        let batch = [payload.clone(), format!("{payload} second")];
+                        let lsns = log.append_batch(&batch).unwrap();
+                        assert_eq!(lsns.end - lsns.start, 2);
+                        acknowledged.push((lsns.start, batch[0].clone()));
+                        acknowledged.push((lsns.start + 1, batch[1].clone()));
+                    } else {
+                        acknowledged.push((log.append(payload.as_bytes()).unwrap(), payload));
+                    }
+                }
+                acknowledged
+            })
+        })
+        .collect();
+    let mut expected = BTreeMap::new();
+    for handle in handles {
+        for (lsn, payload) in handle.join().unwrap() {
+            assert!(
+                expected.insert(lsn, payload).is_none(),
+                "LSN {lsn} acknowledged twice"
+            );
+        }
+    }
+    // Every acknowledged append is durable when acknowledged.
+    assert_eq!(log.durable_lsn(), log.next_lsn());
+    let stats = log.writer_stats();
+    drop(log);
+
+    let records = read_all(dir.path());
+    assert_eq!(
+        records.len(),
+        expected.len(),
+        "no extra and no missing records"
+    );
+    for (record, (lsn, payload)) in records.iter().zip(&expected) {
+        assert_eq!(record.lsn, *lsn, "gap-free LSNs from 1");
+        assert_eq!(&record.payload, payload.as_bytes());
+    }
+    assert_eq!(records.first().map(|record| record.lsn), Some(1));
+    assert!(stats.syncs >= 1 && stats.syncs <= stats.frames);
+    // Reopening finds the same log, cleanly.
+    let reopened = Log::open(dir.path(), options).unwrap();
+    assert_eq!(reopened.recovery_report().torn_tail, None);
+    assert_eq!(reopened.next_lsn(), expected.len() as u64 + 1);
+}
+
+#[test]
+fn concurrent_group_appends_are_all_readable_without_gaps_or_duplicates() {
+    concurrent_appends(LogOptions::default(), 8, 300);
+}
+
+#[test]
+fn concurrent_group_appends_across_segment_rolls() {
+    concurrent_appends(small_segments(), 8, 200);
+}
+
+#[test]
+fn concurrent_pipelined_appends_with_a_commit_delay() {
+    let options = LogOptions {
+        pipelined: true,
+        group_commit_delay: Some(Duration::from_micros(100)),
+        ..small_segments()
+    };
+    concurrent_appends(options, 16, 100);
+}
+
+#[test]
+fn concurrent_sync_appends() {
+    let options = LogOptions {
+        durability: Durability::Sync,
+        ..LogOptions::default()
+    };
+    concurrent_appends(options, 4, 100);
+}
+
+#[test]
+fn group_commit_shares_fsyncs_between_concurrent_appenders() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(Log::open(dir.path(), LogOptions::default()).unwrap());
+    let threads: Vec<_> = (0..32)
+        .map(|_| {
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    log.append(&[7u8; 300]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let stats = log.writer_stats();
+    assert_eq!(stats.frames, 32 * 50);
+    assert!(
+        stats.syncs < stats.frames,
+        "32 concurrent appenders never shared an fsync: {stats:?}"
+    );
+}
+
+#[test]
+fn a_second_writer_in_the_same_process_gets_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Log::open(dir.path(), LogOptions::default()).unwrap();
+    match Log::open(dir.path(), LogOptions::default()) {
+        Err(Error::Locked { path }) => assert_eq!(path, dir.path()),
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    let message = Log::open(dir.path(), LogOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains(&dir.path().display().to_string()),
+        "{message}"
+    );
+    drop(first);
+    Log::open(dir.path(), LogOptions::default()).expect("the lock is released on drop");
+}
+
+#[test]
+fn limits_are_checked_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+    log.append(b"kept").unwrap();
+
+    let too_big = vec![0u8; EVENT_BYTES_MAX + 1];
+    match log.append(&too_big) {
+        Err(Error::LimitExceeded {
+            constant, actual, ..
+        }) => {
+            assert_eq!(constant, "EVENT_BYTES_MAX");
+            assert_eq!(actual, too_big.len() as u64);
+        }
+        other => panic!("expected LimitExceeded, got {other:?}"),
+    }
+    let too_many = vec![b"x".as_slice(); BATCH_EVENTS_MAX + 1];
+    assert!(matches!(
+        log.append_batch(&too_many),
+        Err(Error::LimitExceeded {
+            constant: "BATCH_EVENTS_MAX",
+            ..
+        })
+    ));
+    let empty: [&[u8]; 0] = [];
+    assert!(matches!(
+        log.append_batch(&empty),
+        Err(Error::InvalidArgument(_))
+    ));
+    let five_big = vec![vec![0u8; EVENT_BYTES_MAX]; 5];
+    assert!(matches!(
+        log.append_batch(&five_big),
+        Err(Error::LimitExceeded {
+            constant: "BATCH_BYTES_MAX",
+            ..
+        })
+    ));
+    assert!(!log.is_poisoned(), "bad input does not poison the writer");
+    assert_eq!(log.append(b"still fine").unwrap(), 2);
+    drop(log);
+    let payloads: Vec<_> = read_all(dir.path())
+        .into_iter()
+        .map(|record| record.payload)
+        .collect();
+    assert_eq!(payloads, [b"kept".to_vec(), b"still fine".to_vec()]);
+
+    let bad_segment = LogOptions {
+        segment_bytes_max: 10,
+        ..LogOptions::default()
+    };
+    let error = Log::open(tempfile::tempdir().unwrap().path(), bad_segment).unwrap_err();
+    assert!(error.to_string().contains("SEGMENT_BYTES_MIN"), "{error}");
+}
+
+#[test]
+fn a_frame_larger_than_a_segment_gets_a_segment_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), small_segments()).unwrap();
+    log.append(b"small").unwrap();
+    let big = vec![42u8; 20_000];
+    log.append(&big).unwrap();
+    log.append(b"small again").unwrap();
+    drop(log);
+    let records = read_all(dir.path());
+    assert_eq!(records[1].payload, big);
+    assert_eq!(common::segment_paths(dir.path()).len(), 3);
+}
+
+#[test]
+fn periodic_and_none_appends_become_durable_on_sync_and_on_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions {
+        durability: Durability::Periodic(Duration::from_millis(5)),
+        ..LogOptions::default()
+    };
+    let log = Log::open(dir.path(), options).unwrap();
+    let lsn = log.append(b"periodic").unwrap();
+    // The background thread syncs within a few intervals.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while log.durable_lsn() <= lsn {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "periodic sync never happened"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let none = log.append_with(b"none", Durability::None).unwrap();
+    assert!(
+        log.durable_lsn() <= none,
+        "a None append is acknowledged before it is durable"
+    );
+    log.sync().unwrap();
+    assert_eq!(log.durable_lsn(), none + 1);
+}
+
+/// A storage that fails the n-th `sync_data` (counted across all files).
+#[derive(Debug)]
+struct FailingSync {
+    inner: FileSystem,
+    syncs_left: Arc<AtomicU64>,
+}
+
+#[derive(Debug)]
+struct FailingFile {
+    inner: Box<dyn StorageFile>,
+    syncs_left: Arc<AtomicU64>,
+}
+
+impl StorageFile for FailingFile {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_all_at(buf, offset)
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        let left = self.syncs_left.fetch_sub(1, Ordering::SeqCst);
+        if left == 1 {
+            return Err(io::Error::other("injected EIO on fdatasync"));
+        }
+        self.inner.sync_data()
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.inner.sync_all()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn size_bytes(&self) -> io::Result<u64> {
+        self.inner.size_bytes()
+    }
+}
+
+impl FailingSync {
+    fn wrap(&self, file: Box<dyn StorageFile>) -> Box<dyn StorageFile> {
+        Box::new(FailingFile {
+            inner: file,
+            syncs_left: Arc::clone(&self.syncs_left),
+        })
+    }
+}
+
+impl Storage for FailingSync {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.inner.create_dir_all(path)
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        self.inner.list_dir(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+    fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        self.inner.create(path).map(|file| self.wrap(file))
+    }
+    fn open_write(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        self.inner.open_write(path).map(|file| self.wrap(file))
+    }
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+        self.inner.open_read(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove_file(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        self.inner.sync_dir(path)
+    }
+    fn read_immutable(&self, path: &Path) -> io::Result<SharedBytes> {
+        self.inner.read_immutable(path)
+    }
+    fn try_lock(&self, path: &Path) -> io::Result<LockGuard> {
+        self.inner.try_lock(path)
+    }
+}
+
+#[test]
+fn a_failed_fsync_poisons_the_writer_and_what_it_refused_never_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let syncs_left = Arc::new(AtomicU64::new(4));
+    let options = LogOptions {
+        storage: Arc::new(FailingSync {
+            inner: FileSystem,
+            syncs_left: Arc::clone(&syncs_left),
+        }),
+        ..LogOptions::default()
+    };
+    let log = Log::open(dir.path(), options).unwrap();
+    let mut acknowledged = Vec::new();
+    let failure = loop {
+        let payload = format!("event {}", acknowledged.len());
+        match log.append(payload.as_bytes()) {
+            Ok(lsn) => acknowledged.push((lsn, payload)),
+            Err(error) => break error,
+        }
+    };
+    assert!(failure.to_string().contains("injected EIO"), "{failure}");
+    assert!(log.is_poisoned());
+    // Never retry and then acknowledge: every later append and sync fails.
+    syncs_left.store(u64::MAX, Ordering::SeqCst);
+    for _ in 0..3 {
+        match log.append(b"after the failure") {
+            Err(Error::Poisoned { store, cause }) => {
+                assert_eq!(store, dir.path());
+                assert!(cause.contains("injected EIO"), "{cause}");
+            }
+            other => panic!("expected Poisoned, got {other:?}"),
+        }
+    }
+    assert!(matches!(log.sync(), Err(Error::Poisoned { .. })));
+    drop(log);
+
+    // Reopened: exactly what was acknowledged, nothing refused.
+    let reopened = Log::open(dir.path(), LogOptions::default()).unwrap();
+    let records: Vec<_> = reopened
+        .iter_from(1)
+        .map(|record| record.unwrap())
+        .collect();
+    let got: Vec<(u64, String)> = records
+        .into_iter()
+        .map(|record| (record.lsn, String::from_utf8(record.payload).unwrap()))
+        .collect();
+    assert_eq!(got, acknowledged);
+    assert_eq!(
+        reopened.append(b"after reopen").unwrap(),
+        acknowledged.len() as u64 + 1
+    );
+}

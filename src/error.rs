@@ -35,6 +35,17 @@ pub enum Error {
         cause: String,
     },
 
+    /// A file written by another version of convlog's format.
+    #[error("{path} uses format version {version}; this build reads version {supported} (use a matching convlog)")]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// Its format version.
+        version: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+
     /// An operating-system I/O error on a named file.
     #[error("{operation} {path}: {source}")]
     Io {

@@ -440,3 +440,34 @@ proptest! {
         prop_assert_eq!(log.next_lsn(), recovered.len() as u64 + 1);
     }
 }
+
+#[test]
+fn a_segment_of_another_format_version_is_refused_and_never_salvaged() {
+    let dir = tempfile::tempdir().unwrap();
+    write_frames(dir.path(), 2, Durability::Sync);
+    let segment = segment_paths(dir.path())[0].clone();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(&segment, &bytes).unwrap();
+    let salvage = LogOptions {
+        salvage: true,
+        ..LogOptions::default()
+    };
+    match Log::open(dir.path(), salvage) {
+        Err(Error::UnsupportedVersion {
+            path,
+            version,
+            supported,
+        }) => {
+            assert_eq!(path, segment);
+            assert_eq!((version, supported), (2, 1));
+        }
+        other => panic!("expected UnsupportedVersion, got {other:?}"),
+    }
+    assert_eq!(
+        std::fs::read(&segment).unwrap(),
+        bytes,
+        "the file was left as it was"
+    );
+    assert!(!dir.path().join("quarantine").exists());
+}

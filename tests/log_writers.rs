@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::{read_all, small_segments};
 use convlog::log::format::{BATCH_EVENTS_MAX, EVENT_BYTES_MAX};
 use convlog::log::{Durability, Log, LogOptions};
-use convlog::storage::{FileSystem, LockGuard, SharedBytes, Storage, StorageFile};
+use convlog::storage::{FileSystem, LockGuard, SealedFile, SharedBytes, Storage, StorageFile};
 use convlog::Error;
 
 fn concurrent_appends(options: LogOptions, threads: usize, per_thread: usize) {
@@ -315,8 +315,8 @@ impl Storage for FailingSync {
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         self.inner.sync_dir(path)
     }
-    fn read_immutable(&self, path: &Path) -> io::Result<SharedBytes> {
-        self.inner.read_immutable(path)
+    fn read_immutable(&self, path: &Path, sealed: SealedFile) -> io::Result<SharedBytes> {
+        self.inner.read_immutable(path, sealed)
     }
     fn try_lock(&self, path: &Path) -> io::Result<LockGuard> {
         self.inner.try_lock(path)

@@ -106,17 +106,17 @@ pub fn decode_segment_header(bytes: &[u8]) -> Result<SegmentHeader, String> {
     if bytes[SEGMENT_MAGIC_OFFSET..SEGMENT_VERSION_OFFSET] != SEGMENT_MAGIC {
         return Err("bad segment magic (not a convlog segment)".to_string());
     }
+    let version = read_u32(bytes, SEGMENT_VERSION_OFFSET);
+    if version != FORMAT_VERSION {
+        return Err(format!(
+            "segment format version {version} is not supported (this build reads {FORMAT_VERSION})"
+        ));
+    }
     let stored_crc = read_u32(bytes, SEGMENT_CRC_OFFSET);
     let actual_crc = crc32fast::hash(&bytes[..SEGMENT_CRC_OFFSET]);
     if stored_crc != actual_crc {
         return Err(format!(
             "segment header checksum mismatch (stored {stored_crc:#010x}, computed {actual_crc:#010x})"
-        ));
-    }
-    let version = read_u32(bytes, SEGMENT_VERSION_OFFSET);
-    if version != FORMAT_VERSION {
-        return Err(format!(
-            "segment format version {version} is not supported (this build reads {FORMAT_VERSION})"
         ));
     }
     let header_bytes = read_u32(bytes, SEGMENT_HEADER_BYTES_OFFSET);
@@ -134,6 +134,18 @@ pub fn decode_segment_header(bytes: &[u8]) -> Result<SegmentHeader, String> {
         salt: read_u32(bytes, SEGMENT_SALT_OFFSET),
         crc: stored_crc,
     })
+}
+
+/// The format version of a segment whose magic is intact and whose version
+/// is not this build's: such a file is from another convlog version, not
+/// damage, and must never be salvaged away.
+pub fn foreign_segment_version(bytes: &[u8]) -> Option<u32> {
+    if bytes.len() < SEGMENT_HEADER_BYTES_OFFSET
+        || bytes[SEGMENT_MAGIC_OFFSET..SEGMENT_VERSION_OFFSET] != SEGMENT_MAGIC
+    {
+        return None;
+    }
+    Some(read_u32(bytes, SEGMENT_VERSION_OFFSET)).filter(|&version| version != FORMAT_VERSION)
 }
 
 /// Number of bytes a frame holding `payloads` occupies on disk.

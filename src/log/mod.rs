@@ -65,11 +65,14 @@ pub enum Durability {
     Group,
     /// Acknowledged once written to the operating system; a background
     /// thread fsyncs every interval. A process crash loses nothing
-    /// acknowledged; a machine crash can lose up to one interval.
+    /// acknowledged; a machine crash can lose up to one interval. The thread
+    /// runs only when this is the log's default policy (`LogOptions`); used
+    /// per append on another log, it acts as `None`.
     Periodic(Duration),
     /// Acknowledged once written to the operating system; durable only after
     /// [`Log::sync`]. A process crash loses nothing acknowledged; a machine
-    /// crash can lose anything not yet synced.
+    /// crash can lose anything not yet synced. So does a failed fsync: the
+    /// poisoned writer truncates the active segment to its last fsynced byte.
     None,
 }
 
@@ -171,9 +174,17 @@ impl Log {
         options.check()?;
         let dir = dir.as_ref().to_path_buf();
         let storage = Arc::clone(&options.storage);
-        storage
-            .create_dir_all(&dir)
-            .map_err(Error::io("create store directory", &dir))?;
+        if !storage.exists(&dir) {
+            storage
+                .create_dir_all(&dir)
+                .map_err(Error::io("create store directory", &dir))?;
+            // Make the new directory's own entry durable.
+            if let Some(parent) = dir.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+                storage
+                    .sync_dir(parent)
+                    .map_err(Error::io("fsync parent of new store directory", parent))?;
+            }
+        }
         let lock = storage
             .try_lock(&dir.join(LOCK_FILE_NAME))
             .map_err(|error| {

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::log::format::{self, FrameDecode, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use crate::log::Lsn;
 use crate::log::{recovery, segment};
-use crate::storage::{FileSystem, SharedBytes, Storage, StorageFile};
+use crate::storage::{FileSystem, SealedFile, SharedBytes, Storage, StorageFile};
 
 /// Where a record's frame starts: the segment (by first LSN) and byte offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -72,7 +72,7 @@ impl SealedSegment {
     fn bytes(&self, storage: &dyn Storage) -> Result<&[u8]> {
         if self.bytes.get().is_none() {
             let mapped = storage
-                .read_immutable(&self.path)
+                .read_immutable(&self.path, SealedFile::assert_sealed())
                 .map_err(Error::io("map sealed segment", &self.path))?;
             let _ = self.bytes.set(mapped);
         }

@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::log::format::{self, Frame, FrameDecode, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
 use crate::log::segment::{self, SegmentFile};
 use crate::log::Lsn;
-use crate::storage::{Storage, StorageFile};
+use crate::storage::{SealedFile, Storage, StorageFile};
 
 /// Name of the directory inside a store where salvage moves damaged bytes.
 pub const QUARANTINE_DIR: &str = "quarantine";
@@ -253,11 +253,6 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
             .map_err(Error::io("remove leftover temporary file", temporary))?;
         report.temporary_files_removed += 1;
     }
-    if !listing.temporary.is_empty() {
-        storage
-            .sync_dir(dir)
-            .map_err(Error::io("fsync store directory", dir))?;
-    }
     let mut segments = listing.segments;
     if segments.is_empty() {
         let (file, handle, header_crc) = segment::create(storage, dir, 1)?;
@@ -292,10 +287,16 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
     }
 
     // The last segment: cut a torn tail, or fail on (or salvage) damage.
+    // A segment that salvage exposed as the last one was sealed before:
+    // readers may map it, so it is never truncated in place, and any bad
+    // byte in it is damage, not a torn tail.
+    let originally_last = segments.last().map(|segment| segment.first_lsn);
     let (active_bytes, next_lsn, active_chain_crc) = loop {
         let last = segments.last().cloned().expect("segments is not empty");
         let bytes = read_whole(storage, &last.path)?;
-        let scan = match scan_segment(&bytes, true) {
+        check_version(&last.path, &bytes)?;
+        let was_sealed = report.salvaged.is_some() && originally_last != Some(last.first_lsn);
+        let scan = match scan_segment(&bytes, !was_sealed) {
             Ok(scan) if scan.first_lsn != last.first_lsn => Err((
                 0,
                 format!(
@@ -341,6 +342,16 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
             .open_write(&active.path)
             .map_err(Error::io("open segment for writing", &active.path))?,
     );
+    // The previous writer may have died before fsyncing what it wrote (under
+    // None or Periodic) or before fsyncing the directory entry of its newest
+    // segment. Make both durable now: the writer starts by counting every
+    // recovered record as durable, and new frames carry that watermark.
+    active_file
+        .sync_all()
+        .map_err(Error::io("fsync recovered segment", &active.path))?;
+    storage
+        .sync_dir(dir)
+        .map_err(Error::io("fsync store directory", dir))?;
     report.segments = segments.len() + 1;
     report.next_lsn = next_lsn;
     Ok(Recovered {
@@ -361,9 +372,10 @@ fn check_sealed(
     options: RecoveryOptions,
 ) -> Result<Result<(), (u64, String)>> {
     let bytes = storage
-        .read_immutable(&segment.path)
+        .read_immutable(&segment.path, SealedFile::assert_sealed())
         .map_err(Error::io("read segment", &segment.path))?;
     let bytes: &[u8] = (*bytes).as_ref();
+    check_version(&segment.path, bytes)?;
     let header_lsn = match format::decode_segment_header(bytes) {
         Ok(header) => header.first_lsn,
         Err(reason) => return Ok(Err((0, reason))),
@@ -397,6 +409,19 @@ fn check_sealed(
         )));
     }
     Ok(Ok(()))
+}
+
+/// Fails with `Error::UnsupportedVersion` for a segment of another format
+/// version: that is not damage, and salvage must never move it away.
+fn check_version(path: &Path, bytes: &[u8]) -> Result<()> {
+    match format::foreign_segment_version(bytes) {
+        Some(version) => Err(Error::UnsupportedVersion {
+            path: path.to_path_buf(),
+            version,
+            supported: format::FORMAT_VERSION,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Reads a whole file into memory with positioned reads.
@@ -462,15 +487,31 @@ fn salvage_from(
     let damaged = segments[index].clone();
     let mut quarantined = Vec::new();
 
-    // Keep a copy of the damaged segment as it was, then replace it by its
-    // valid prefix (write a new file and rename it over: never truncate a
-    // file another reader may have mapped).
+    // Keep a copy of the damaged segment as it was, and make the copy
+    // durable before touching the original.
     let original = read_whole(storage, &damaged.path)?;
     let copy = unique_quarantine_path(storage, &quarantine, &damaged.path);
     write_durably(storage, &copy, &original)?;
     quarantined.push(copy);
-    let keep_whole_segment = offset >= SEGMENT_HEADER_BYTES as u64;
-    if keep_whole_segment {
+    for later in &segments[index + 1..] {
+        let target = unique_quarantine_path(storage, &quarantine, &later.path);
+        storage
+            .rename(&later.path, &target)
+            .map_err(Error::io("move segment into quarantine", &later.path))?;
+        quarantined.push(target);
+    }
+    storage
+        .sync_dir(&quarantine)
+        .map_err(Error::io("fsync quarantine directory", &quarantine))?;
+    storage
+        .sync_dir(dir)
+        .map_err(Error::io("fsync store directory", dir))?;
+    segments.truncate(index + 1);
+
+    // Replace the damaged segment by its valid prefix: write a new file and
+    // rename it over, never truncate a file another reader may have mapped.
+    let keep_prefix = offset >= SEGMENT_HEADER_BYTES as u64;
+    if keep_prefix {
         let temporary = damaged
             .path
             .with_extension(format!("seg{}", segment::TEMPORARY_SUFFIX));
@@ -482,21 +523,8 @@ fn salvage_from(
         storage
             .remove_file(&damaged.path)
             .map_err(Error::io("remove damaged segment", &damaged.path))?;
-    }
-
-    for later in segments.drain(index + 1..) {
-        let target = unique_quarantine_path(storage, &quarantine, &later.path);
-        storage
-            .rename(&later.path, &target)
-            .map_err(Error::io("move segment into quarantine", &later.path))?;
-        quarantined.push(target);
-    }
-    if !keep_whole_segment {
         segments.pop();
     }
-    storage
-        .sync_dir(&quarantine)
-        .map_err(Error::io("fsync quarantine directory", &quarantine))?;
     storage
         .sync_dir(dir)
         .map_err(Error::io("fsync store directory", dir))?;
@@ -591,10 +619,11 @@ pub fn verify_with_progress(
             Arc::new(read_whole(storage, &segment.path)?) as crate::storage::SharedBytes
         } else {
             storage
-                .read_immutable(&segment.path)
+                .read_immutable(&segment.path, SealedFile::assert_sealed())
                 .map_err(Error::io("read segment", &segment.path))?
         };
         let bytes: &[u8] = (*bytes).as_ref();
+        check_version(&segment.path, bytes)?;
         let corrupted = |offset, reason| Error::Corrupted {
             segment: segment.path.clone(),
             offset,

@@ -61,7 +61,10 @@ pub fn list(storage: &dyn Storage, dir: &Path) -> Result<DirectoryListing> {
                 first_lsn,
                 path: dir.join(&name),
             });
-        } else if name.ends_with(TEMPORARY_SUFFIX) && name.contains(".seg") {
+        } else if name
+            .strip_suffix(TEMPORARY_SUFFIX)
+            .is_some_and(|stem| parse_segment_file_name(stem).is_some())
+        {
             listing.temporary.push(dir.join(&name));
         }
     }

@@ -134,10 +134,8 @@ impl Writer {
         let frame_bytes = format::frame_bytes(payloads) as u64;
         let mut state = self.state.lock();
         self.check_poison(&state)?;
-        if state.active_assigned_bytes > SEGMENT_HEADER_BYTES as u64
-            && state.active_assigned_bytes + frame_bytes > self.options.segment_bytes_max
-        {
-            self.roll(&mut state)?;
+        if self.needs_roll(&state, frame_bytes) {
+            self.roll(&mut state, frame_bytes)?;
         }
         let first_lsn = state.next_lsn;
         let durable_lsn = state.durable_lsn;
@@ -171,6 +169,13 @@ impl Writer {
         self.check_poison(&state)?;
         let end_lsn = state.next_lsn;
         self.wait_for(&mut state, end_lsn, true, None)
+    }
+
+    /// Whether a frame of `frame_bytes` must go into a new segment: it would
+    /// grow a non-empty active segment past `segment_bytes_max`.
+    fn needs_roll(&self, state: &State, frame_bytes: u64) -> bool {
+        state.active_assigned_bytes > SEGMENT_HEADER_BYTES as u64
+            && state.active_assigned_bytes + frame_bytes > self.options.segment_bytes_max
     }
 
     fn check_poison(&self, state: &State) -> Result<()> {
@@ -327,11 +332,15 @@ impl Writer {
 
     /// Seals the active segment (all of it written and fsynced) and starts a
     /// new one at the next LSN. Runs under the mutex: rolls are rare.
-    fn roll(&self, state: &mut MutexGuard<'_, State>) -> Result<()> {
+    fn roll(&self, state: &mut MutexGuard<'_, State>, frame_bytes: u64) -> Result<()> {
         while state.writing || state.syncing {
             self.changed.wait(state);
         }
         self.check_poison(state)?;
+        if !self.needs_roll(state, frame_bytes) {
+            // Another appender rolled while this one waited.
+            return Ok(());
+        }
         let file = Arc::clone(&state.active_file);
         if !state.pending.is_empty() {
             let buffer = std::mem::take(&mut state.pending);
@@ -341,6 +350,8 @@ impl Writer {
             }
             state.written_bytes += buffer.len() as u64;
             state.written_lsn = state.next_lsn;
+            self.view
+                .publish_active(state.written_bytes, state.written_lsn);
         }
         if state.durable_lsn < state.written_lsn {
             state.stats.syncs += 1;

@@ -16,6 +16,24 @@ use std::sync::Arc;
 /// Bytes of a whole file that will not change while they are held.
 pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
+/// Proof that a path names a sealed segment: a file convlog will never
+/// modify, extend or truncate again (see `UNSAFE.md`).
+///
+/// Only convlog's log can create one, so code outside the crate cannot ask
+/// [`FileSystem`] to map an arbitrary (possibly changing) file. Other
+/// `Storage` implementations receive it and may ignore it.
+#[derive(Debug, Clone, Copy)]
+pub struct SealedFile {
+    _private: (),
+}
+
+impl SealedFile {
+    /// Asserts that the file about to be read is a sealed segment.
+    pub(crate) fn assert_sealed() -> SealedFile {
+        SealedFile { _private: () }
+    }
+}
+
 /// A guard that holds the store's writer lock until dropped.
 pub type LockGuard = Box<dyn fmt::Debug + Send + Sync>;
 
@@ -57,8 +75,9 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// Makes the directory's entries (creations, renames, removals) durable.
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
     /// The whole content of a file that will never change or shrink again
-    /// (a sealed segment). The real implementation maps it read-only.
-    fn read_immutable(&self, path: &Path) -> io::Result<SharedBytes>;
+    /// (a sealed segment, vouched for by `sealed`). The real implementation
+    /// maps it read-only.
+    fn read_immutable(&self, path: &Path, sealed: SealedFile) -> io::Result<SharedBytes>;
     /// Takes the exclusive writer lock on `path` without waiting.
     /// Fails with `io::ErrorKind::WouldBlock` when someone else holds it.
     fn try_lock(&self, path: &Path) -> io::Result<LockGuard>;
@@ -173,7 +192,7 @@ impl Storage for FileSystem {
         std::fs::File::open(path)?.sync_all()
     }
 
-    fn read_immutable(&self, path: &Path) -> io::Result<SharedBytes> {
+    fn read_immutable(&self, path: &Path, _sealed: SealedFile) -> io::Result<SharedBytes> {
         let file = std::fs::File::open(path)?;
         if file.metadata()?.len() == 0 {
             // A zero-length mapping is an error on Linux; there is nothing to map.

@@ -46,6 +46,41 @@ pub enum Error {
         supported: u32,
     },
 
+    /// An event failed validation; nothing of its batch was stored.
+    #[error("event {index} of the batch: {field}")]
+    InvalidEvent {
+        /// Position of the event in the batch (0-based).
+        index: usize,
+        /// The field at fault and why.
+        field: crate::model::InvalidField,
+    },
+
+    /// No event of this conversation was ever recorded.
+    #[error("conversation {conversation_id:?} does not exist in the store")]
+    ConversationNotFound {
+        /// The conversation asked for.
+        conversation_id: String,
+    },
+
+    /// A snapshot could not be used and nothing else can stand in for it
+    /// (the log segments it covers were compacted away).
+    #[error("snapshot {path}: {reason}")]
+    SnapshotRestore {
+        /// The snapshot file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A record's checksum is good but its payload is not a convlog event.
+    #[error("the event at LSN {lsn} does not decode: {reason}")]
+    UndecodableEvent {
+        /// Its LSN.
+        lsn: u64,
+        /// Why.
+        reason: String,
+    },
+
     /// An operating-system I/O error on a named file.
     #[error("{operation} {path}: {source}")]
     Io {

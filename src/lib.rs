@@ -17,12 +17,20 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod codec;
+pub mod conversation;
 pub mod error;
 pub mod log;
+pub mod model;
+pub mod reducer;
 pub mod storage;
+pub mod store;
 
+pub use conversation::ConversationSlice;
 pub use error::{Error, Result};
 pub use log::{Durability, Log, LogOptions, LogReader, Lsn, Record};
+pub use model::{ConversationEntry, Event, Role, ToolStatus};
+pub use store::{Store, StoreBuilder, StoreOptions};
 
 /// The code blocks of `README.md`, compiled and run as doctests so the
 /// embedding example never goes stale.

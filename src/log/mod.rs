@@ -245,12 +245,12 @@ impl Log {
 
     /// Appends one event with the given durability; returns its LSN.
     pub fn append_with(&self, payload: &[u8], durability: Durability) -> Result<Lsn> {
-        Ok(self.writer.append(&[payload], durability)?.start)
+        Ok(self.writer.append(&[payload], durability)?.0.start)
     }
 
     /// Appends events as one atomic batch; returns their LSNs.
     pub fn append_batch<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<std::ops::Range<Lsn>> {
-        self.writer.append(payloads, self.default_durability())
+        Ok(self.writer.append(payloads, self.default_durability())?.0)
     }
 
     /// Appends events as one atomic batch with the given durability.
@@ -259,7 +259,41 @@ impl Log {
         payloads: &[P],
         durability: Durability,
     ) -> Result<std::ops::Range<Lsn>> {
+        Ok(self.writer.append(payloads, durability)?.0)
+    }
+
+    /// Appends events as one atomic batch; returns their LSNs and where the
+    /// frame starts, for an index ([`LogReader::read_frame`] reads it back).
+    pub fn append_batch_positioned<P: AsRef<[u8]>>(
+        &self,
+        payloads: &[P],
+        durability: Durability,
+    ) -> Result<(std::ops::Range<Lsn>, Position)> {
         self.writer.append(payloads, durability)
+    }
+
+    /// The durability appends get by default.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Deletes every sealed segment whose events all precede `lsn` (a
+    /// snapshot covers them). Returns the removed files. Readers that have
+    /// a segment mapped keep reading it; new reads no longer find it.
+    pub fn remove_segments_before(&self, lsn: Lsn) -> Result<Vec<std::path::PathBuf>> {
+        let removable = self.view.take_sealed_before(lsn);
+        let storage = self.writer.storage();
+        for path in &removable {
+            storage
+                .remove_file(path)
+                .map_err(Error::io("remove compacted segment", path))?;
+        }
+        if !removable.is_empty() {
+            storage
+                .sync_dir(self.dir())
+                .map_err(Error::io("fsync store directory", self.dir()))?;
+        }
+        Ok(removable)
     }
 
     /// Makes every event appended so far durable.
@@ -315,6 +349,11 @@ impl Log {
 
     fn default_durability(&self) -> Durability {
         self.durability
+    }
+
+    /// The first LSN still in the log (1 unless segments were removed).
+    pub fn first_lsn(&self) -> Lsn {
+        self.view.first_lsn()
     }
 }
 

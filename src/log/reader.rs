@@ -210,6 +210,37 @@ impl SharedView {
         layout
     }
 
+    /// Removes sealed segments whose events all precede `lsn` from the view
+    /// (the last segment is never removed); returns their paths.
+    pub(crate) fn take_sealed_before(&self, lsn: Lsn) -> Vec<PathBuf> {
+        let mut state = self.state.write();
+        let mut removable = 0;
+        for index in 0..state.sealed.len() {
+            let next_first_lsn = state
+                .sealed
+                .get(index + 1)
+                .map_or(state.active.first_lsn, |next| next.first_lsn);
+            if next_first_lsn <= lsn {
+                removable = index + 1;
+            } else {
+                break;
+            }
+        }
+        state
+            .sealed
+            .drain(..removable)
+            .map(|segment| segment.path.clone())
+            .collect()
+    }
+
+    pub(crate) fn first_lsn(&self) -> Lsn {
+        let state = self.state.read();
+        state
+            .sealed
+            .first()
+            .map_or(state.active.first_lsn, |first| first.first_lsn)
+    }
+
     pub(crate) fn visible_next_lsn(&self) -> Lsn {
         self.state.read().visible_next_lsn
     }
@@ -355,6 +386,66 @@ impl LogReader {
         LogReader {
             source: Source::Writer(view),
             salvage: false,
+        }
+    }
+
+    /// Reads the frame (atomic batch) that starts at `position`, checking its
+    /// checksum, and returns its events. Used by indexes: a position comes
+    /// from [`Record::position`] or `Log::append_batch_positioned`.
+    pub fn read_frame(&self, position: Position) -> Result<Vec<Record>> {
+        let layout = self.source.layout()?;
+        let segment = layout
+            .iter()
+            .find(|segment| segment.first_lsn() == position.segment)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "no segment starting at LSN {} in the log (removed by compaction?)",
+                    position.segment
+                ))
+            })?;
+        let storage = self.source.storage();
+        let damaged = |reason: String| Error::Corrupted {
+            segment: segment.path().to_path_buf(),
+            offset: position.offset,
+            reason,
+        };
+        let owned;
+        let bytes: &[u8] = match segment {
+            SegmentRef::Sealed(sealed) => {
+                let bytes = sealed.bytes(storage.as_ref())?;
+                bytes
+                    .get(position.offset as usize..)
+                    .ok_or_else(|| damaged("position past the end of the segment".into()))?
+            }
+            SegmentRef::Active(active) => {
+                let mut header = [0u8; FRAME_HEADER_BYTES];
+                let read = active
+                    .file
+                    .read_at(&mut header, position.offset)
+                    .map_err(Error::io("read segment", &active.path))?;
+                let length = format::frame_length_from_header(&header[..read])
+                    .map_err(|reason| damaged(reason.into()))?;
+                let mut frame = vec![0u8; length];
+                let read = active
+                    .file
+                    .read_at(&mut frame, position.offset)
+                    .map_err(Error::io("read segment", &active.path))?;
+                frame.truncate(read);
+                owned = frame;
+                &owned
+            }
+        };
+        match format::decode_frame(bytes) {
+            FrameDecode::Complete(frame) => Ok((frame.first_lsn..)
+                .zip(frame.events())
+                .map(|(lsn, payload)| Record {
+                    lsn,
+                    position,
+                    payload: payload.to_vec(),
+                })
+                .collect()),
+            FrameDecode::Incomplete { .. } => Err(damaged("frame cut short".into())),
+            FrameDecode::Invalid(reason) => Err(damaged(reason.into())),
         }
     }
 

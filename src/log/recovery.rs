@@ -268,6 +268,7 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
         });
     }
 
+    let originally_last = segments.last().map(|segment| segment.first_lsn);
     // Sealed segments: header always, frames when not covered by a snapshot.
     for index in 0..segments.len() - 1 {
         let next_first_lsn = segments[index + 1].first_lsn;
@@ -290,7 +291,6 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
     // A segment that salvage exposed as the last one was sealed before:
     // readers may map it, so it is never truncated in place, and any bad
     // byte in it is damage, not a torn tail.
-    let originally_last = segments.last().map(|segment| segment.first_lsn);
     let (active_bytes, next_lsn, active_chain_crc) = loop {
         let last = segments.last().cloned().expect("segments is not empty");
         let bytes = read_whole(storage, &last.path)?;

@@ -22,7 +22,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::log::format::{self, SEGMENT_HEADER_BYTES};
-use crate::log::reader::SharedView;
+use crate::log::reader::{Position, SharedView};
 use crate::log::recovery::Recovered;
 use crate::log::segment;
 use crate::log::{Durability, LogOptions, Lsn};
@@ -42,6 +42,7 @@ pub struct WriterStats {
 }
 
 struct State {
+    active_first_lsn: Lsn,
     active_path: PathBuf,
     active_file: Arc<dyn StorageFile>,
     /// Bytes of the active segment including frames still in `pending`.
@@ -86,6 +87,7 @@ impl Writer {
             storage: Arc::clone(&options.storage),
             options,
             state: Mutex::new(State {
+                active_first_lsn: recovered.active.first_lsn,
                 active_path: recovered.active.path.clone(),
                 active_file: Arc::clone(&recovered.active_file),
                 active_assigned_bytes: active_bytes,
@@ -124,12 +126,13 @@ impl Writer {
         self.state.lock().poisoned.is_some()
     }
 
-    /// Appends `payloads` as one atomic frame; returns its LSN range.
+    /// Appends `payloads` as one atomic frame; returns its LSN range and
+    /// where the frame starts.
     pub(crate) fn append<P: AsRef<[u8]>>(
         &self,
         payloads: &[P],
         durability: Durability,
-    ) -> Result<std::ops::Range<Lsn>> {
+    ) -> Result<(std::ops::Range<Lsn>, Position)> {
         check_batch(payloads)?;
         let frame_bytes = format::frame_bytes(payloads) as u64;
         let mut state = self.state.lock();
@@ -139,6 +142,10 @@ impl Writer {
         }
         let first_lsn = state.next_lsn;
         let durable_lsn = state.durable_lsn;
+        let position = Position {
+            segment: state.active_first_lsn,
+            offset: state.active_assigned_bytes,
+        };
         let chain_crc = state.chain_crc;
         state.chain_crc = format::encode_frame(
             &mut state.pending,
@@ -160,7 +167,7 @@ impl Writer {
                 self.wait_for(&mut state, end_lsn, false, None)?
             }
         }
-        Ok(first_lsn..end_lsn)
+        Ok((first_lsn..end_lsn, position))
     }
 
     /// Makes everything appended so far durable.
@@ -366,6 +373,7 @@ impl Writer {
             Ok((created, handle, header_crc)) => {
                 state.chain_crc = header_crc;
                 let sealed_path = std::mem::replace(&mut state.active_path, created.path.clone());
+                state.active_first_lsn = created.first_lsn;
                 state.active_file = Arc::from(handle);
                 let header = SEGMENT_HEADER_BYTES as u64;
                 state.active_assigned_bytes = header;
@@ -392,6 +400,10 @@ impl Writer {
 
     pub(crate) fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    pub(crate) fn storage(&self) -> &dyn Storage {
+        self.storage.as_ref()
     }
 }
 

@@ -1,0 +1,179 @@
+//! The binary form of events and snapshot parts: the only module that calls
+//! bincode.
+//!
+//! An event payload in the log is `[codec version: u8][event kind: u8][body]`
+//! where the body is the kind's struct in bincode's standard configuration
+//! (little-endian varints). `docs/format.md` specifies those bytes, so the
+//! format never depends on the crate.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::model::{
+    ConversationRecorded, CustomEvent, Event, HistoryCurated, MessagesReplaced, ToolStatusChanged,
+};
+
+/// The codec version this build writes and reads (first byte of an event).
+pub const EVENT_CODEC_VERSION: u8 = 1;
+
+const KIND_CONVERSATION_RECORDED: u8 = 1;
+const KIND_TOOL_STATUS: u8 = 2;
+const KIND_MESSAGES_REPLACED: u8 = 3;
+const KIND_HISTORY_CURATED: u8 = 4;
+const KIND_CUSTOM: u8 = 5;
+
+fn config() -> bincode::config::Configuration {
+    bincode::config::standard()
+}
+
+/// Encodes any serde value (snapshot parts, host slices).
+pub fn encode_value<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
+    bincode::serde::encode_to_vec(value, config()).map_err(|error| error.to_string())
+}
+
+/// Decodes a serde value that must fill `bytes` exactly.
+pub fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let (value, read) =
+        bincode::serde::decode_from_slice(bytes, config()).map_err(|error| error.to_string())?;
+    if read != bytes.len() {
+        return Err(format!(
+            "{} trailing bytes after the value",
+            bytes.len() - read
+        ));
+    }
+    Ok(value)
+}
+
+fn encode_body<T: Serialize>(kind: u8, body: &T) -> Vec<u8> {
+    let mut out = vec![EVENT_CODEC_VERSION, kind];
+    bincode::serde::encode_into_std_write(body, &mut out, config())
+        .expect("encoding model types into a Vec cannot fail");
+    out
+}
+
+/// Encodes an event as a log payload.
+pub fn encode_event(event: &Event) -> Vec<u8> {
+    match event {
+        Event::ConversationRecorded(body) => encode_body(KIND_CONVERSATION_RECORDED, body),
+        Event::ToolStatus(body) => encode_body(KIND_TOOL_STATUS, body),
+        Event::MessagesReplaced(body) => encode_body(KIND_MESSAGES_REPLACED, body),
+        Event::HistoryCurated(body) => encode_body(KIND_HISTORY_CURATED, body),
+        Event::Custom(body) => encode_body(KIND_CUSTOM, body),
+    }
+}
+
+/// Decodes a log payload into an event. Never panics on any input.
+pub fn decode_event(payload: &[u8]) -> Result<Event, String> {
+    let [version, kind, body @ ..] = payload else {
+        return Err(format!(
+            "event payload of {} bytes is too short",
+            payload.len()
+        ));
+    };
+    if *version != EVENT_CODEC_VERSION {
+        return Err(format!(
+            "event codec version {version} is not supported (this build reads {EVENT_CODEC_VERSION})"
+        ));
+    }
+    match *kind {
+        KIND_CONVERSATION_RECORDED => decode_value::<ConversationRecorded>(body)
+            .map(|body| Event::ConversationRecorded(Box::new(body))),
+        KIND_TOOL_STATUS => decode_value::<ToolStatusChanged>(body).map(Event::ToolStatus),
+        KIND_MESSAGES_REPLACED => {
+            decode_value::<MessagesReplaced>(body).map(Event::MessagesReplaced)
+        }
+        KIND_HISTORY_CURATED => decode_value::<HistoryCurated>(body).map(Event::HistoryCurated),
+        KIND_CUSTOM => decode_value::<CustomEvent>(body).map(Event::Custom),
+        other => Err(format!("unknown event kind {other}")),
+    }
+    .map_err(|reason| format!("cannot decode event: {reason}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::*;
+
+    fn sample_events() -> Vec<Event> {
+        let mut entry =
+            ConversationEntry::new("eval-7", 1, Role::Assistant, Some("Let me look.".into()));
+        entry.reasoning = Some(Reasoning {
+            text: Some("two lookups".into()),
+            signature: Some("EqQBCkYIBx".into()),
+            redacted: false,
+        });
+        entry.tool_calls.push(ToolCall {
+            call_id: "call_1".into(),
+            name: "search".into(),
+            arguments: "{not json".into(),
+            status: ToolStatus::Pending,
+            started_at: None,
+            ended_at: Some(Timestamp(5)),
+            error: None,
+        });
+        entry.metadata.insert("k".into(), "v".into());
+        vec![
+            Event::ConversationRecorded(Box::new(ConversationRecorded {
+                conversation_id: "ctx_123".into(),
+                session_id: None,
+                created_at: Timestamp(1_795_000_000_000_000),
+                entry: entry.clone(),
+            })),
+            Event::ToolStatus(ToolStatusChanged {
+                conversation_id: "ctx_123".into(),
+                evaluation_id: "eval-7".into(),
+                call_id: "call_1".into(),
+                status: ToolStatus::Failed,
+                at: Timestamp(3),
+                error: Some("boom".into()),
+                resumed: true,
+            }),
+            Event::MessagesReplaced(MessagesReplaced {
+                conversation_id: "c".into(),
+                entries: vec![entry],
+                at: Timestamp(0),
+            }),
+            Event::HistoryCurated(HistoryCurated {
+                conversation_id: "c".into(),
+                strategy: "sliding_window(2)".into(),
+                original_count: 10,
+                curated_count: 3,
+                at: Timestamp(1),
+            }),
+            Event::Custom(CustomEvent {
+                kind: "budget".into(),
+                conversation_id: None,
+                payload: vec![0, 1, 2, 255],
+            }),
+        ]
+    }
+
+    #[test]
+    fn events_round_trip_through_binary_and_json() {
+        for event in sample_events() {
+            let bytes = encode_event(&event);
+            assert_eq!(decode_event(&bytes).unwrap(), event);
+            let json = serde_json::to_string(&event).unwrap();
+            assert_eq!(
+                serde_json::from_str::<Event>(&json).unwrap(),
+                event,
+                "{json}"
+            );
+        }
+    }
+
+    #[test]
+    fn truncated_or_altered_payloads_are_errors_not_panics() {
+        for event in sample_events() {
+            let bytes = encode_event(&event);
+            for cut in 0..bytes.len() {
+                assert!(decode_event(&bytes[..cut]).is_err(), "prefix {cut} decoded");
+            }
+            let mut extra = bytes.clone();
+            extra.push(0);
+            assert!(decode_event(&extra).is_err());
+        }
+        assert!(decode_event(&[9, 1]).unwrap_err().contains("version"));
+        assert!(decode_event(&[1, 99]).unwrap_err().contains("kind"));
+    }
+}

@@ -1,0 +1,636 @@
+//! The provider-neutral conversation model: entries, tool calls and events.
+//!
+//! These types are the events convlog stores. Their JSON form is the one in
+//! `../shared/EVENTS.md` (see `docs/model.md` for every field and how the
+//! seeds' message shapes map onto them); their binary form is the codec's
+//! business (`crate::codec`, specified in `docs/format.md`).
+//!
+//! Every event is checked against named limits before it is stored
+//! ([`Event::validate`]); a failed check names the field.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use uuid::Uuid;
+
+/// Longest conversation, evaluation, session, call id or tool name, in bytes.
+pub const ID_BYTES_MAX: usize = 256;
+/// Longest text field (content, arguments, reasoning, error), in bytes.
+pub const TEXT_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Most tool calls in one assistant entry.
+pub const TOOL_CALLS_MAX: usize = 1024;
+/// Most metadata pairs on one entry.
+pub const METADATA_ENTRIES_MAX: usize = 256;
+/// Longest metadata key or short label (strategy, finish reason, prompt key, kind).
+pub const LABEL_BYTES_MAX: usize = 1024;
+/// Most entries in one `messages_replaced` event.
+pub const REPLACED_ENTRIES_MAX: usize = 100_000;
+
+/// A point in time: microseconds since the Unix epoch, UTC.
+///
+/// JSON: an RFC 3339 string in UTC (`2026-11-22T12:00:00.123456Z`).
+/// Binary: a signed 64-bit count of microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    /// The current time. Only hosts and the store's input layer call this;
+    /// reducers never read the clock.
+    pub fn now() -> Timestamp {
+        Timestamp::from_system_time(SystemTime::now())
+    }
+
+    /// Converts from `SystemTime` (saturating outside the representable range).
+    pub fn from_system_time(time: SystemTime) -> Timestamp {
+        match time.duration_since(UNIX_EPOCH) {
+            Ok(after) => Timestamp(i64::try_from(after.as_micros()).unwrap_or(i64::MAX)),
+            Err(before) => {
+                Timestamp(-i64::try_from(before.duration().as_micros()).unwrap_or(i64::MAX))
+            }
+        }
+    }
+
+    /// Parses an RFC 3339 time in UTC.
+    pub fn parse_rfc3339(text: &str) -> Result<Timestamp, String> {
+        humantime::parse_rfc3339_weak(text)
+            .map(Timestamp::from_system_time)
+            .map_err(|error| format!("not an RFC 3339 UTC time ({error}): {text:?}"))
+    }
+
+    /// Milliseconds from `self` to `later` (negative if `later` is earlier).
+    pub fn millis_until(self, later: Timestamp) -> i64 {
+        (later.0 - self.0) / 1000
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 >= 0 {
+            let time = UNIX_EPOCH + Duration::from_micros(self.0 as u64);
+            write!(formatter, "{}", humantime::format_rfc3339_micros(time))
+        } else {
+            write!(formatter, "{}us-before-epoch", -self.0)
+        }
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            if self.0 < 0 {
+                return Err(serde::ser::Error::custom(
+                    "times before 1970 have no RFC 3339 form here",
+                ));
+            }
+            serializer.collect_str(self)
+        } else {
+            serializer.serialize_i64(self.0)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Timestamp, D::Error> {
+        if deserializer.is_human_readable() {
+            let text = String::deserialize(deserializer)?;
+            Timestamp::parse_rfc3339(&text).map_err(serde::de::Error::custom)
+        } else {
+            i64::deserialize(deserializer).map(Timestamp)
+        }
+    }
+}
+
+/// Who a message is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The system prompt.
+    System,
+    /// The user.
+    User,
+    /// The model.
+    Assistant,
+    /// A tool result.
+    Tool,
+}
+
+/// The life of a tool call: pending → running → completed | failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolStatus {
+    /// Requested by the model, not started.
+    #[default]
+    Pending,
+    /// Started, not finished.
+    Running,
+    /// Finished with a result.
+    Completed,
+    /// Finished with an error.
+    Failed,
+}
+
+impl ToolStatus {
+    /// Position in the life cycle; a status never moves to a lower rank.
+    pub fn rank(self) -> u8 {
+        match self {
+            ToolStatus::Pending => 0,
+            ToolStatus::Running => 1,
+            ToolStatus::Completed | ToolStatus::Failed => 2,
+        }
+    }
+
+    /// Completed or failed.
+    pub fn is_finished(self) -> bool {
+        self.rank() == 2
+    }
+
+    /// The JSON name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolStatus::Pending => "pending",
+            ToolStatus::Running => "running",
+            ToolStatus::Completed => "completed",
+            ToolStatus::Failed => "failed",
+        }
+    }
+}
+
+/// The model's reasoning, kept so it can be passed back verbatim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Reasoning {
+    /// The reasoning text, when the provider returned it.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// The provider's signature over it (Anthropic thinking, Gemini thought
+    /// signature), echoed back unchanged.
+    #[serde(default)]
+    pub signature: Option<String>,
+    /// Whether the provider returned it redacted (the opaque data is then in
+    /// `signature`).
+    #[serde(default)]
+    pub redacted: bool,
+}
+
+/// A tool call requested by the assistant, with its status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCall {
+    /// Provider-assigned id that the result refers to.
+    pub call_id: String,
+    /// Name of the tool.
+    pub name: String,
+    /// The provider's JSON-encoded arguments, verbatim (even if not valid JSON).
+    pub arguments: String,
+    /// Where the call is in its life cycle.
+    #[serde(default)]
+    pub status: ToolStatus,
+    /// When it started running.
+    #[serde(default)]
+    pub started_at: Option<Timestamp>,
+    /// When it completed or failed.
+    #[serde(default)]
+    pub ended_at: Option<Timestamp>,
+    /// The error text of a failed call.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// One message of a conversation, provider-neutral.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConversationEntry {
+    /// Unique id; recording the same id twice is a no-op.
+    pub message_id: Uuid,
+    /// The `evaluate()` run this entry belongs to.
+    pub evaluation_id: String,
+    /// Position within the evaluation (system = 0).
+    pub sequence: u64,
+    /// Provider round trip number (increments after each assistant response).
+    #[serde(default)]
+    pub turn: u32,
+    /// Who it is from.
+    pub role: Role,
+    /// Text content; may be absent on an assistant entry with tool calls.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// Reasoning content with its signature or redacted form.
+    #[serde(default)]
+    pub reasoning: Option<Reasoning>,
+    /// Tool calls requested (assistant entries).
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCall>,
+    /// The call this entry answers (tool entries).
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    /// The tool that produced this result (tool entries).
+    #[serde(default)]
+    pub tool_name: Option<String>,
+    /// The tool failed; `content` holds its error.
+    #[serde(default)]
+    pub is_error: bool,
+    /// Why the model stopped (`stop`, `tool_calls`, `length`, ...).
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+    /// Prompt namespace (for the resume identity check).
+    #[serde(default)]
+    pub prompt_ns: Option<String>,
+    /// Prompt key (for the resume identity check).
+    #[serde(default)]
+    pub prompt_key: Option<String>,
+    /// When the entry was created.
+    pub created_at: Timestamp,
+    /// Provider extras that must be echoed back, and part layout (see `docs/model.md`).
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl ConversationEntry {
+    /// A new entry with a fresh message id and the current time.
+    pub fn new(
+        evaluation_id: impl Into<String>,
+        sequence: u64,
+        role: Role,
+        content: Option<String>,
+    ) -> Self {
+        ConversationEntry {
+            message_id: Uuid::new_v4(),
+            evaluation_id: evaluation_id.into(),
+            sequence,
+            turn: 0,
+            role,
+            content,
+            reasoning: None,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            tool_name: None,
+            is_error: false,
+            finish_reason: None,
+            prompt_ns: None,
+            prompt_key: None,
+            created_at: Timestamp::now(),
+            metadata: BTreeMap::new(),
+        }
+    }
+}
+
+/// A conversation entry was recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConversationRecorded {
+    /// The conversation (context / session / thread).
+    pub conversation_id: String,
+    /// The host session that recorded it.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// When the event was emitted.
+    pub created_at: Timestamp,
+    /// The entry.
+    pub entry: ConversationEntry,
+}
+
+/// A tool call changed status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolStatusChanged {
+    /// The conversation.
+    pub conversation_id: String,
+    /// The evaluation whose assistant entry holds the call.
+    pub evaluation_id: String,
+    /// The call.
+    pub call_id: String,
+    /// The new status.
+    pub status: ToolStatus,
+    /// When it changed.
+    pub at: Timestamp,
+    /// Error text when failed.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Set when the host re-ran the call after a resume.
+    #[serde(default)]
+    pub resumed: bool,
+}
+
+/// All messages of a conversation were replaced atomically.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessagesReplaced {
+    /// The conversation.
+    pub conversation_id: String,
+    /// The new messages, in order.
+    pub entries: Vec<ConversationEntry>,
+    /// When.
+    pub at: Timestamp,
+}
+
+/// A history manager curated what the provider was shown (the full history
+/// is untouched).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryCurated {
+    /// The conversation.
+    pub conversation_id: String,
+    /// The manager (`sliding_window(50)`, ...).
+    pub strategy: String,
+    /// Messages before curation.
+    pub original_count: u64,
+    /// Messages sent.
+    pub curated_count: u64,
+    /// When.
+    pub at: Timestamp,
+}
+
+/// An event for host reducers: a kind and opaque bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomEvent {
+    /// What the payload is; host reducers match on it.
+    pub kind: String,
+    /// The conversation it concerns, if any.
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+    /// The bytes (base64 in JSON).
+    #[serde(with = "payload_bytes")]
+    pub payload: Vec<u8>,
+}
+
+mod payload_bytes {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+        } else {
+            serializer.serialize_bytes(bytes)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        if deserializer.is_human_readable() {
+            let text = String::deserialize(deserializer)?;
+            base64::engine::general_purpose::STANDARD
+                .decode(text.as_bytes())
+                .map_err(|error| {
+                    serde::de::Error::custom(format!("payload is not base64: {error}"))
+                })
+        } else {
+            serde_bytes_vec(deserializer)
+        }
+    }
+
+    fn serde_bytes_vec<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Vec<u8>;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, bytes: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(bytes.to_vec())
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, bytes: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(bytes)
+            }
+        }
+        deserializer.deserialize_byte_buf(Visitor)
+    }
+}
+
+/// Everything convlog records.
+///
+/// JSON: an object with a `"type"` field (`conversation_recorded`,
+/// `tool_status`, `messages_replaced`, `history_curated`, `custom`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// A message was recorded.
+    ConversationRecorded(Box<ConversationRecorded>),
+    /// A tool call changed status.
+    ToolStatus(ToolStatusChanged),
+    /// A conversation's messages were replaced.
+    MessagesReplaced(MessagesReplaced),
+    /// What the provider was shown was curated.
+    HistoryCurated(HistoryCurated),
+    /// A host event.
+    Custom(CustomEvent),
+}
+
+impl Event {
+    /// The conversation the event belongs to, if any.
+    pub fn conversation_id(&self) -> Option<&str> {
+        match self {
+            Event::ConversationRecorded(event) => Some(&event.conversation_id),
+            Event::ToolStatus(event) => Some(&event.conversation_id),
+            Event::MessagesReplaced(event) => Some(&event.conversation_id),
+            Event::HistoryCurated(event) => Some(&event.conversation_id),
+            Event::Custom(event) => event.conversation_id.as_deref(),
+        }
+    }
+
+    /// The JSON `type` name.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Event::ConversationRecorded(_) => "conversation_recorded",
+            Event::ToolStatus(_) => "tool_status",
+            Event::MessagesReplaced(_) => "messages_replaced",
+            Event::HistoryCurated(_) => "history_curated",
+            Event::Custom(_) => "custom",
+        }
+    }
+
+    /// Checks every field against the named limits.
+    pub fn validate(&self) -> Result<(), InvalidField> {
+        match self {
+            Event::ConversationRecorded(event) => {
+                check_id("conversation_id", &event.conversation_id)?;
+                check_optional_id("session_id", event.session_id.as_deref())?;
+                validate_entry("entry", &event.entry)
+            }
+            Event::ToolStatus(event) => {
+                check_id("conversation_id", &event.conversation_id)?;
+                check_id("evaluation_id", &event.evaluation_id)?;
+                check_id("call_id", &event.call_id)?;
+                check_optional_text("error", event.error.as_deref())
+            }
+            Event::MessagesReplaced(event) => {
+                check_id("conversation_id", &event.conversation_id)?;
+                if event.entries.len() > REPLACED_ENTRIES_MAX {
+                    return Err(InvalidField::new(
+                        "entries",
+                        format!(
+                            "{} entries, over REPLACED_ENTRIES_MAX ({REPLACED_ENTRIES_MAX})",
+                            event.entries.len()
+                        ),
+                    ));
+                }
+                for (index, entry) in event.entries.iter().enumerate() {
+                    validate_entry(&format!("entries[{index}]"), entry)?;
+                }
+                Ok(())
+            }
+            Event::HistoryCurated(event) => {
+                check_id("conversation_id", &event.conversation_id)?;
+                check_label("strategy", &event.strategy)
+            }
+            Event::Custom(event) => {
+                check_label("kind", &event.kind)?;
+                if event.kind.is_empty() {
+                    return Err(InvalidField::new("kind", "must not be empty"));
+                }
+                check_optional_id("conversation_id", event.conversation_id.as_deref())
+            }
+        }
+    }
+}
+
+/// A field that failed validation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidField {
+    /// Path of the field (`entry.tool_calls[1].call_id`).
+    pub field: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl InvalidField {
+    fn new(field: impl Into<String>, reason: impl Into<String>) -> InvalidField {
+        InvalidField {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    fn within(self, parent: &str) -> InvalidField {
+        InvalidField {
+            field: format!("{parent}.{}", self.field),
+            reason: self.reason,
+        }
+    }
+}
+
+impl fmt::Display for InvalidField {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "field `{}`: {}", self.field, self.reason)
+    }
+}
+
+fn check_id(field: &str, value: &str) -> Result<(), InvalidField> {
+    if value.is_empty() || value.len() > ID_BYTES_MAX {
+        return Err(InvalidField::new(
+            field,
+            format!(
+                "must be 1 to {ID_BYTES_MAX} bytes (ID_BYTES_MAX), is {}",
+                value.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_optional_id(field: &str, value: Option<&str>) -> Result<(), InvalidField> {
+    value.map_or(Ok(()), |value| check_id(field, value))
+}
+
+fn check_label(field: &str, value: &str) -> Result<(), InvalidField> {
+    if value.len() > LABEL_BYTES_MAX {
+        return Err(InvalidField::new(
+            field,
+            format!(
+                "is {} bytes, over LABEL_BYTES_MAX ({LABEL_BYTES_MAX})",
+                value.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_optional_label(field: &str, value: Option<&str>) -> Result<(), InvalidField> {
+    value.map_or(Ok(()), |value| check_label(field, value))
+}
+
+fn check_text(field: &str, value: &str) -> Result<(), InvalidField> {
+    if value.len() > TEXT_BYTES_MAX {
+        return Err(InvalidField::new(
+            field,
+            format!(
+                "is {} bytes, over TEXT_BYTES_MAX ({TEXT_BYTES_MAX})",
+                value.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_optional_text(field: &str, value: Option<&str>) -> Result<(), InvalidField> {
+    value.map_or(Ok(()), |value| check_text(field, value))
+}
+
+fn validate_entry(path: &str, entry: &ConversationEntry) -> Result<(), InvalidField> {
+    let checked = (|| {
+        check_id("evaluation_id", &entry.evaluation_id)?;
+        check_optional_text("content", entry.content.as_deref())?;
+        if let Some(reasoning) = &entry.reasoning {
+            check_optional_text("reasoning.text", reasoning.text.as_deref())?;
+            check_optional_text("reasoning.signature", reasoning.signature.as_deref())?;
+        }
+        if entry.tool_calls.len() > TOOL_CALLS_MAX {
+            return Err(InvalidField::new(
+                "tool_calls",
+                format!(
+                    "{} calls, over TOOL_CALLS_MAX ({TOOL_CALLS_MAX})",
+                    entry.tool_calls.len()
+                ),
+            ));
+        }
+        if !entry.tool_calls.is_empty() && entry.role != Role::Assistant {
+            return Err(InvalidField::new(
+                "tool_calls",
+                "only assistant entries carry tool calls",
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (index, call) in entry.tool_calls.iter().enumerate() {
+            let call_path = format!("tool_calls[{index}]");
+            check_id("call_id", &call.call_id).map_err(|error| error.within(&call_path))?;
+            check_id("name", &call.name).map_err(|error| error.within(&call_path))?;
+            check_text("arguments", &call.arguments).map_err(|error| error.within(&call_path))?;
+            check_optional_text("error", call.error.as_deref())
+                .map_err(|error| error.within(&call_path))?;
+            if !seen.insert(call.call_id.as_str()) {
+                return Err(InvalidField::new(
+                    format!("{call_path}.call_id"),
+                    format!("duplicate call id {:?} in one entry", call.call_id),
+                ));
+            }
+        }
+        check_optional_id("tool_call_id", entry.tool_call_id.as_deref())?;
+        check_optional_id("tool_name", entry.tool_name.as_deref())?;
+        if entry.role == Role::Tool && entry.tool_call_id.is_none() {
+            return Err(InvalidField::new(
+                "tool_call_id",
+                "a tool entry needs the call id it answers",
+            ));
+        }
+        check_optional_label("finish_reason", entry.finish_reason.as_deref())?;
+        check_optional_label("prompt_ns", entry.prompt_ns.as_deref())?;
+        check_optional_label("prompt_key", entry.prompt_key.as_deref())?;
+        if entry.metadata.len() > METADATA_ENTRIES_MAX {
+            return Err(InvalidField::new(
+                "metadata",
+                format!(
+                    "{} pairs, over METADATA_ENTRIES_MAX ({METADATA_ENTRIES_MAX})",
+                    entry.metadata.len()
+                ),
+            ));
+        }
+        for (key, value) in &entry.metadata {
+            check_label("metadata key", key)?;
+            check_text(&format!("metadata.{key}"), value)?;
+        }
+        Ok(())
+    })();
+    checked.map_err(|error| error.within(path))
+}

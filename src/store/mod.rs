@@ -1,0 +1,835 @@
+//! The conversation store an agent host embeds: events in, slices out.
+//!
+//! A [`Store`] wraps the segment log. Appending a batch of [`Event`]s
+//! validates each, encodes it (`crate::codec`), appends the batch as one
+//! atomic frame, and indexes the frame under every conversation it touches.
+//! The index holds 16 bytes per (conversation, frame): reading one
+//! conversation reads only its frames and folds them, so its cost follows
+//! that conversation's size, not the store's.
+//!
+//! Snapshots ([`Store::snapshot`]) write every conversation's folded slice
+//! and every host slice at an LSN; opening then loads the newest good
+//! snapshot's directory and replays only the log after it. Compaction
+//! ([`Store::compact`]) may then delete the segments a snapshot covers, if
+//! the retention policy allows (the default keeps the whole log for audit).
+
+pub mod snapshot;
+
+use std::any::TypeId;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::codec;
+use crate::conversation::ConversationSlice;
+use crate::error::{Error, Result};
+use crate::log::{Durability, Log, LogOptions, LogReader, Lsn, Position, RecoveryReport};
+use crate::model::Event;
+use crate::reducer::{self, ErasedReducer, HostSlot, Reducer};
+use snapshot::LoadedSnapshot;
+
+/// What compaction may delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Retention {
+    /// Keep every segment (the whole log stays auditable). The default.
+    #[default]
+    KeepAll,
+    /// Delete segments whose events the newest snapshot covers.
+    DeleteCoveredBySnapshot,
+}
+
+/// Options for opening a [`Store`].
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Options of the underlying log (durability, segment size, storage).
+    pub log: LogOptions,
+    /// Take a snapshot after this many events since the last one (checked
+    /// after each append; the appender that crosses it writes the snapshot).
+    pub snapshot_every_events: Option<u64>,
+    /// Take a snapshot after this many payload bytes since the last one.
+    pub snapshot_every_bytes: Option<u64>,
+    /// What [`Store::compact`] may delete.
+    pub retention: Retention,
+    /// How many snapshot files to keep (the newest ones; at least 1).
+    pub snapshots_kept: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> StoreOptions {
+        StoreOptions {
+            log: LogOptions::default(),
+            snapshot_every_events: None,
+            snapshot_every_bytes: None,
+            retention: Retention::KeepAll,
+            snapshots_kept: 2,
+        }
+    }
+}
+
+/// Opens a store with host reducers registered.
+pub struct StoreBuilder {
+    dir: PathBuf,
+    options: StoreOptions,
+    reducers: Vec<(TypeId, Box<dyn ErasedReducer>)>,
+}
+
+impl StoreBuilder {
+    /// A builder for the store at `dir`.
+    pub fn new(dir: impl AsRef<Path>) -> StoreBuilder {
+        StoreBuilder {
+            dir: dir.as_ref().to_path_buf(),
+            options: StoreOptions::default(),
+            reducers: Vec::new(),
+        }
+    }
+
+    /// Sets the options.
+    pub fn options(mut self, options: StoreOptions) -> StoreBuilder {
+        self.options = options;
+        self
+    }
+
+    /// Registers a host reducer; its slice is folded from every event.
+    pub fn reducer<R: Reducer>(mut self, reducer: R) -> StoreBuilder {
+        self.reducers
+            .push((TypeId::of::<R>(), reducer::erase(reducer)));
+        self
+    }
+
+    /// Opens (or creates) the store.
+    pub fn open(self) -> Result<Store> {
+        Store::open_with(self.dir, self.options, self.reducers)
+    }
+}
+
+/// What opening the store did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// What log recovery did.
+    pub recovery: RecoveryReport,
+    /// The snapshot opening started from, and its LSN.
+    pub snapshot: Option<(PathBuf, Lsn)>,
+    /// Snapshots that were damaged or unusable, and why (skipped).
+    pub skipped_snapshots: Vec<(PathBuf, String)>,
+    /// Events replayed from the log after the snapshot.
+    pub replayed_events: u64,
+}
+
+/// What a snapshot wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// The file.
+    pub path: PathBuf,
+    /// Every event below this LSN is in it.
+    pub lsn: Lsn,
+    /// Conversations in it.
+    pub conversations: usize,
+}
+
+/// What compaction did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CompactReport {
+    /// Segment files deleted.
+    pub removed: Vec<PathBuf>,
+    /// Why nothing was deleted, when nothing was.
+    pub note: Option<String>,
+}
+
+/// Counters describing a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreStats {
+    /// First LSN still in the log.
+    pub first_lsn: Lsn,
+    /// The LSN the next event will get.
+    pub next_lsn: Lsn,
+    /// Conversations known (in the snapshot or the tail).
+    pub conversations: usize,
+    /// LSN of the snapshot in use.
+    pub snapshot_lsn: Option<Lsn>,
+    /// (conversation, frame) entries in the in-memory index.
+    pub index_entries: usize,
+    /// Estimated heap bytes of the in-memory index.
+    pub index_bytes: usize,
+}
+
+/// One index entry: a frame holding events of a conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IndexEntry {
+    /// LSN of the conversation's first event in the frame.
+    lsn: Lsn,
+    /// Segment ordinal (high 24 bits) and byte offset (low 40 bits).
+    packed: u64,
+}
+
+const OFFSET_BITS: u32 = 40;
+
+struct State {
+    snapshot: Option<Arc<LoadedSnapshot>>,
+    index: HashMap<String, Vec<IndexEntry>>,
+    /// First LSN of every segment ever indexed, in order (ordinal = position).
+    segments: Vec<Lsn>,
+    events_since_snapshot: u64,
+    bytes_since_snapshot: u64,
+}
+
+impl State {
+    fn pack(&mut self, position: Position) -> u64 {
+        let ordinal = match self.segments.binary_search(&position.segment) {
+            Ok(ordinal) => ordinal,
+            Err(insert_at) => {
+                self.segments.insert(insert_at, position.segment);
+                insert_at
+            }
+        };
+        debug_assert!(position.offset < 1 << OFFSET_BITS);
+        ((ordinal as u64) << OFFSET_BITS) | position.offset
+    }
+
+    fn unpack(&self, packed: u64) -> Position {
+        Position {
+            segment: self.segments[(packed >> OFFSET_BITS) as usize],
+            offset: packed & ((1 << OFFSET_BITS) - 1),
+        }
+    }
+
+    /// Records that the frame at `position` holds events of these conversations.
+    fn index_frame(&mut self, events: &[(Lsn, &Event)], position: Position) {
+        let packed = self.pack(position);
+        for (lsn, event) in events {
+            let Some(id) = event.conversation_id() else {
+                continue;
+            };
+            let entries = self.index.entry(id.to_string()).or_default();
+            if entries
+                .iter()
+                .rev()
+                .take(1)
+                .any(|entry| entry.packed == packed)
+            {
+                continue;
+            }
+            let entry = IndexEntry { lsn: *lsn, packed };
+            // Concurrent appenders may index out of LSN order; keep it sorted.
+            let at = entries.partition_point(|existing| existing.lsn < *lsn);
+            entries.insert(at, entry);
+        }
+    }
+}
+
+/// Host slices, folded strictly in LSN order.
+struct Ordered {
+    next_lsn: Lsn,
+    pending: BTreeMap<Lsn, Vec<Event>>,
+    hosts: Vec<(TypeId, HostSlot)>,
+}
+
+impl Ordered {
+    fn push(&mut self, first_lsn: Lsn, events: Vec<Event>) {
+        self.pending.insert(first_lsn, events);
+        while let Some(events) = self.pending.remove(&self.next_lsn) {
+            for event in &events {
+                for (_, slot) in &mut self.hosts {
+                    slot.apply(event, self.next_lsn);
+                }
+                self.next_lsn += 1;
+            }
+        }
+    }
+}
+
+/// The conversation store. Share it between threads (`Arc<Store>`).
+pub struct Store {
+    log: Log,
+    reader: LogReader,
+    options: StoreOptions,
+    state: RwLock<State>,
+    ordered: Mutex<Ordered>,
+    snapshotting: Mutex<()>,
+    open_report: OpenReport,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Store")
+            .field("dir", &self.log.dir())
+            .field("next_lsn", &self.log.next_lsn())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the store at `dir` with no host reducers.
+    pub fn open(dir: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
+        Store::open_with(dir.as_ref().to_path_buf(), options, Vec::new())
+    }
+
+    fn open_with(
+        dir: PathBuf,
+        options: StoreOptions,
+        reducers: Vec<(TypeId, Box<dyn ErasedReducer>)>,
+    ) -> Result<Store> {
+        let storage = Arc::clone(&options.log.storage);
+        let mut report = OpenReport::default();
+        let mut candidates = Vec::new();
+        for (_, path) in snapshot::list(storage.as_ref(), &dir)? {
+            match snapshot::load(storage.as_ref(), &path) {
+                Ok(loaded) => candidates.push(loaded),
+                Err(error) => skip_snapshot(&mut report, path, error.to_string()),
+            }
+        }
+        let log = Log::open(
+            &dir,
+            LogOptions {
+                full_check_from_lsn: candidates.first().map_or(1, |loaded| loaded.lsn),
+                ..options.log.clone()
+            },
+        )?;
+        report.recovery = log.recovery_report().clone();
+        let (first_lsn, next_lsn) = (log.first_lsn(), log.next_lsn());
+        let mut chosen = None;
+        for loaded in candidates {
+            if loaded.lsn > next_lsn {
+                let reason = format!(
+                    "covers events up to LSN {} but the log ends before LSN {next_lsn}",
+                    loaded.lsn
+                );
+                skip_snapshot(&mut report, loaded.path.clone(), reason);
+            } else if loaded.lsn < first_lsn {
+                let reason = format!(
+                    "ends at LSN {} but the log now starts at LSN {first_lsn}",
+                    loaded.lsn
+                );
+                skip_snapshot(&mut report, loaded.path.clone(), reason);
+            } else if chosen.is_none() {
+                chosen = Some(loaded);
+            }
+        }
+        if chosen.is_none() && first_lsn > 1 {
+            return Err(Error::SnapshotRestore {
+                path: dir.join(snapshot::SNAPSHOT_DIR),
+                reason: format!(
+                    "no usable snapshot, and the log was compacted to start at LSN {first_lsn}: events before it are gone"
+                ),
+            });
+        }
+        let snapshot_lsn = chosen.as_ref().map_or(1, |loaded| loaded.lsn);
+        report.snapshot = chosen
+            .as_ref()
+            .map(|loaded| (loaded.path.clone(), loaded.lsn));
+
+        // Host slices: from the snapshot, or rebuilt from the start of the log.
+        let mut hosts = Vec::new();
+        let mut rebuild_from_start = Vec::new();
+        for (type_id, reducer) in reducers {
+            let mut slot = HostSlot::new(reducer);
+            let name = slot.reducer.name().to_string();
+            match chosen
+                .as_ref()
+                .and_then(|loaded| loaded.host_slices.get(&name))
+            {
+                Some(bytes) => match slot.reducer.decode(bytes) {
+                    Ok(slice) => slot.slice = slice,
+                    Err(reason) => {
+                        tracing::warn!(reducer = %name, reason = %reason, "host slice in snapshot does not decode; rebuilding it");
+                        rebuild_from_start.push(hosts.len());
+                    }
+                },
+                None if chosen.is_some() => rebuild_from_start.push(hosts.len()),
+                None => {}
+            }
+            hosts.push((type_id, slot));
+        }
+        if !rebuild_from_start.is_empty() && first_lsn > 1 {
+            return Err(Error::SnapshotRestore {
+                path: report.snapshot.clone().map(|(path, _)| path).unwrap_or_default(),
+                reason: format!(
+                    "a registered reducer has no slice in it, and the log before LSN {first_lsn} was compacted"
+                ),
+            });
+        }
+
+        let reader = log.reader();
+        let mut state = State {
+            snapshot: chosen.map(Arc::new),
+            index: HashMap::new(),
+            segments: Vec::new(),
+            events_since_snapshot: 0,
+            bytes_since_snapshot: 0,
+        };
+        let replay_from = if rebuild_from_start.is_empty() {
+            snapshot_lsn
+        } else {
+            first_lsn
+        };
+        for record in reader.iter_from(replay_from) {
+            let record = record?;
+            let event =
+                codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
+                    lsn: record.lsn,
+                    reason,
+                })?;
+            if record.lsn < snapshot_lsn {
+                for &index in &rebuild_from_start {
+                    hosts[index].1.apply(&event, record.lsn);
+                }
+                continue;
+            }
+            state.index_frame(&[(record.lsn, &event)], record.position);
+            for (_, slot) in &mut hosts {
+                slot.apply(&event, record.lsn);
+            }
+            state.events_since_snapshot += 1;
+            state.bytes_since_snapshot += record.payload.len() as u64;
+            report.replayed_events += 1;
+        }
+        let snapshots_kept = options.snapshots_kept.max(1);
+        Ok(Store {
+            ordered: Mutex::new(Ordered {
+                next_lsn,
+                pending: BTreeMap::new(),
+                hosts,
+            }),
+            log,
+            reader,
+            options: StoreOptions {
+                snapshots_kept,
+                ..options
+            },
+            state: RwLock::new(state),
+            snapshotting: Mutex::new(()),
+            open_report: report,
+        })
+    }
+
+    /// Appends events as one atomic batch with the store's durability;
+    /// returns their LSNs. Every event is validated first: on a bad one
+    /// nothing is appended and the error names the event and field.
+    pub fn append(&self, events: Vec<Event>) -> Result<Range<Lsn>> {
+        self.append_with(events, self.log.durability())
+    }
+
+    /// [`Store::append`] with the given durability.
+    pub fn append_with(&self, events: Vec<Event>, durability: Durability) -> Result<Range<Lsn>> {
+        if events.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a batch needs at least one event".to_string(),
+            ));
+        }
+        for (index, event) in events.iter().enumerate() {
+            event
+                .validate()
+                .map_err(|field| Error::InvalidEvent { index, field })?;
+        }
+        let payloads: Vec<Vec<u8>> = events.iter().map(codec::encode_event).collect();
+        let (lsns, position) = self.log.append_batch_positioned(&payloads, durability)?;
+        let bytes: u64 = payloads.iter().map(|payload| payload.len() as u64).sum();
+        let due = {
+            let mut state = self.state.write();
+            let numbered: Vec<(Lsn, &Event)> = (lsns.start..).zip(events.iter()).collect();
+            state.index_frame(&numbered, position);
+            state.events_since_snapshot += events.len() as u64;
+            state.bytes_since_snapshot += bytes;
+            self.options
+                .snapshot_every_events
+                .is_some_and(|every| state.events_since_snapshot >= every)
+                || self
+                    .options
+                    .snapshot_every_bytes
+                    .is_some_and(|every| state.bytes_since_snapshot >= every)
+        };
+        self.ordered.lock().push(lsns.start, events);
+        if due {
+            // One automatic snapshot at a time; others carry on appending.
+            if let Some(guard) = self.snapshotting.try_lock() {
+                self.snapshot_locked(guard)?;
+            }
+        }
+        Ok(lsns)
+    }
+
+    /// Appends one event; returns its LSN.
+    pub fn append_one(&self, event: Event) -> Result<Lsn> {
+        Ok(self.append(vec![event])?.start)
+    }
+
+    /// The folded state of one conversation.
+    ///
+    /// Costs time proportional to that conversation: its slice from the
+    /// snapshot (if any) plus its frames after the snapshot.
+    pub fn conversation(&self, conversation_id: &str) -> Result<ConversationSlice> {
+        self.fold_conversation(conversation_id, None)?
+            .ok_or_else(|| Error::ConversationNotFound {
+                conversation_id: conversation_id.to_string(),
+            })
+    }
+
+    /// Whether any event of `conversation_id` was recorded.
+    pub fn contains_conversation(&self, conversation_id: &str) -> bool {
+        let state = self.state.read();
+        state.index.contains_key(conversation_id)
+            || state
+                .snapshot
+                .as_ref()
+                .is_some_and(|loaded| loaded.conversations.contains_key(conversation_id))
+    }
+
+    /// Every conversation id, sorted.
+    pub fn conversation_ids(&self) -> Vec<String> {
+        let state = self.state.read();
+        let mut ids: Vec<String> = state.index.keys().cloned().collect();
+        if let Some(loaded) = &state.snapshot {
+            ids.extend(
+                loaded
+                    .conversations
+                    .keys()
+                    .filter(|id| !state.index.contains_key(*id))
+                    .cloned(),
+            );
+        }
+        ids.sort();
+        ids
+    }
+
+    /// Folds a conversation from its snapshot slice and its indexed frames,
+    /// taking only events below `below_lsn` when given. `None` when the
+    /// conversation has neither.
+    fn fold_conversation(
+        &self,
+        conversation_id: &str,
+        below_lsn: Option<Lsn>,
+    ) -> Result<Option<ConversationSlice>> {
+        let (snapshot, positions) = {
+            let state = self.state.read();
+            let positions: Vec<(Lsn, Position)> = state
+                .index
+                .get(conversation_id)
+                .map(|entries| {
+                    entries
+                        .iter()
+                        .map(|entry| (entry.lsn, state.unpack(entry.packed)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (state.snapshot.clone(), positions)
+        };
+        let base_lsn = snapshot.as_ref().map_or(1, |loaded| loaded.lsn);
+        let mut slice = match &snapshot {
+            Some(loaded) => match loaded.read_blob(conversation_id) {
+                Ok(Some(blob)) => Some(codec::decode_value::<ConversationSlice>(&blob).map_err(|reason| {
+                    Error::SnapshotRestore {
+                        path: loaded.path.clone(),
+                        reason: format!("the slice of conversation {conversation_id:?} does not decode: {reason}"),
+                    }
+                })),
+                Ok(None) => None,
+                Err(error) => Some(Err(error)),
+            },
+            None => None,
+        };
+        if let Some(Err(error)) = &slice {
+            // Snapshots are derived data: rebuild from the log if it is whole.
+            if self.log.first_lsn() > 1 {
+                return Err(Error::SnapshotRestore {
+                    path: snapshot
+                        .as_ref()
+                        .map(|loaded| loaded.path.clone())
+                        .unwrap_or_default(),
+                    reason: format!(
+                        "{error}; the log before it was compacted, so there is no fallback"
+                    ),
+                });
+            }
+            tracing::warn!(conversation = %conversation_id, error = %error, "snapshot slice unusable; replaying the log");
+            return self.fold_from_log(conversation_id, below_lsn);
+        }
+        let mut slice = match slice.take() {
+            Some(Ok(slice)) => slice,
+            _ if positions.is_empty() => return Ok(None),
+            _ => ConversationSlice::new(conversation_id),
+        };
+        let limit = below_lsn.unwrap_or(Lsn::MAX);
+        for (_, position) in positions.into_iter().filter(|(lsn, _)| *lsn < limit) {
+            for record in self.reader.read_frame(position)? {
+                if record.lsn < base_lsn || record.lsn >= limit {
+                    continue;
+                }
+                let event = codec::decode_event(&record.payload).map_err(|reason| {
+                    Error::UndecodableEvent {
+                        lsn: record.lsn,
+                        reason,
+                    }
+                })?;
+                slice.apply(&event, record.lsn);
+            }
+        }
+        Ok(Some(slice))
+    }
+
+    /// Folds a conversation by reading the whole log (the fallback when its
+    /// snapshot slice is damaged).
+    fn fold_from_log(
+        &self,
+        conversation_id: &str,
+        below_lsn: Option<Lsn>,
+    ) -> Result<Option<ConversationSlice>> {
+        let mut slice = ConversationSlice::new(conversation_id);
+        let limit = below_lsn.unwrap_or(Lsn::MAX);
+        let mut found = false;
+        for record in self.reader.iter_from(1) {
+            let record = record?;
+            if record.lsn >= limit || record.lsn >= self.log.visible_next_lsn() {
+                break;
+            }
+            let event =
+                codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
+                    lsn: record.lsn,
+                    reason,
+                })?;
+            if event.conversation_id() == Some(conversation_id) {
+                found = true;
+                slice.apply(&event, record.lsn);
+            }
+        }
+        Ok(found.then_some(slice))
+    }
+
+    /// A copy of host reducer `R`'s slice. Panics if `R` was not registered.
+    pub fn slice<R: Reducer>(&self) -> R::Slice {
+        let ordered = self.ordered.lock();
+        let (_, slot) = ordered
+            .hosts
+            .iter()
+            .find(|(type_id, _)| *type_id == TypeId::of::<R>())
+            .expect("reducer was registered with StoreBuilder::reducer");
+        slot.slice
+            .downcast_ref::<R::Slice>()
+            .expect("a host slot holds its reducer's slice type")
+            .clone()
+    }
+
+    /// Calls `observer` after every event folded into `R`'s slice, in LSN
+    /// order, with the new slice. Panics if `R` was not registered.
+    pub fn observe<R: Reducer>(
+        &self,
+        observer: impl Fn(&R::Slice, &Event, Lsn) + Send + Sync + 'static,
+    ) {
+        let mut ordered = self.ordered.lock();
+        let (_, slot) = ordered
+            .hosts
+            .iter_mut()
+            .find(|(type_id, _)| *type_id == TypeId::of::<R>())
+            .expect("reducer was registered with StoreBuilder::reducer");
+        slot.observers.push(Box::new(move |slice, event, lsn| {
+            let slice = slice
+                .downcast_ref::<R::Slice>()
+                .expect("a host slot holds its reducer's slice type");
+            observer(slice, event, lsn);
+        }));
+    }
+
+    /// Writes a snapshot of every slice at the current end of the log.
+    pub fn snapshot(&self) -> Result<SnapshotInfo> {
+        let guard = self.snapshotting.lock();
+        self.snapshot_locked(guard)
+    }
+
+    fn snapshot_locked(&self, _guard: parking_lot::MutexGuard<'_, ()>) -> Result<SnapshotInfo> {
+        self.log.sync()?;
+        // A consistent cut: every event below `lsn` is indexed and folded
+        // into the host slices, which are encoded at exactly that point.
+        let (lsn, host_slices) = {
+            let ordered = self.ordered.lock();
+            let mut slices = Vec::new();
+            for (_, slot) in &ordered.hosts {
+                let bytes = slot.reducer.encode(slot.slice.as_ref()).map_err(|reason| {
+                    Error::InvalidArgument(format!(
+                        "host slice {} does not encode: {reason}",
+                        slot.reducer.name()
+                    ))
+                })?;
+                slices.push((slot.reducer.name().to_string(), bytes));
+            }
+            (ordered.next_lsn, slices)
+        };
+        let current = self.state.read().snapshot.clone();
+        if let Some(loaded) = current.as_ref().filter(|loaded| loaded.lsn == lsn) {
+            return Ok(SnapshotInfo {
+                path: loaded.path.clone(),
+                lsn,
+                conversations: loaded.conversations.len(),
+            });
+        }
+        let ids = self.conversation_ids();
+        let mut conversations = 0;
+        let blobs = ids
+            .iter()
+            .filter_map(|id| match self.fold_conversation(id, Some(lsn)) {
+                Ok(Some(slice)) if slice.last_lsn() > 0 => {
+                    conversations += 1;
+                    Some(
+                        codec::encode_value(&slice)
+                            .map(|blob| (id.clone(), blob))
+                            .map_err(|reason| {
+                                Error::InvalidArgument(format!(
+                                    "slice of {id:?} does not encode: {reason}"
+                                ))
+                            }),
+                    )
+                }
+                Ok(_) => None,
+                Err(error) => Some(Err(error)),
+            });
+        let storage = Arc::clone(&self.options.log.storage);
+        let path = snapshot::write(storage.as_ref(), self.log.dir(), lsn, blobs, host_slices)?;
+        let loaded = Arc::new(snapshot::load(storage.as_ref(), &path)?);
+        {
+            let mut state = self.state.write();
+            state.snapshot = Some(Arc::clone(&loaded));
+            for entries in state.index.values_mut() {
+                entries.retain(|entry| entry.lsn >= lsn);
+            }
+            state.index.retain(|_, entries| !entries.is_empty());
+            state.events_since_snapshot = 0;
+            state.bytes_since_snapshot = 0;
+        }
+        self.remove_old_snapshots(storage.as_ref())?;
+        Ok(SnapshotInfo {
+            path,
+            lsn,
+            conversations,
+        })
+    }
+
+    fn remove_old_snapshots(&self, storage: &dyn crate::storage::Storage) -> Result<()> {
+        let all = snapshot::list(storage, self.log.dir())?;
+        for (_, path) in all.iter().skip(self.options.snapshots_kept) {
+            storage
+                .remove_file(path)
+                .map_err(Error::io("remove old snapshot", path))?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the segments the newest snapshot covers, if the retention
+    /// policy allows it.
+    pub fn compact(&self) -> Result<CompactReport> {
+        if self.options.retention == Retention::KeepAll {
+            return Ok(CompactReport {
+                removed: Vec::new(),
+                note: Some("retention keeps the whole log (Retention::KeepAll)".to_string()),
+            });
+        }
+        let Some(lsn) = self.state.read().snapshot.as_ref().map(|loaded| loaded.lsn) else {
+            return Ok(CompactReport {
+                removed: Vec::new(),
+                note: Some("no snapshot yet: nothing is covered".to_string()),
+            });
+        };
+        let removed = self.log.remove_segments_before(lsn)?;
+        let note = removed
+            .is_empty()
+            .then(|| format!("no sealed segment lies wholly before the snapshot at LSN {lsn}"));
+        Ok(CompactReport { removed, note })
+    }
+
+    /// Makes every event appended so far durable.
+    pub fn sync(&self) -> Result<()> {
+        self.log.sync()
+    }
+
+    /// What opening the store did.
+    pub fn open_report(&self) -> &OpenReport {
+        &self.open_report
+    }
+
+    /// The underlying log.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// Counters describing the store.
+    pub fn stats(&self) -> StoreStats {
+        let state = self.state.read();
+        let index_entries: usize = state.index.values().map(Vec::len).sum();
+        let index_bytes: usize = state
+            .index
+            .iter()
+            .map(|(id, entries)| {
+                // Key, vector header, entries, and the hash table slot.
+                id.capacity()
+                    + std::mem::size_of::<(String, Vec<IndexEntry>)>()
+                    + 8
+                    + entries.capacity() * std::mem::size_of::<IndexEntry>()
+            })
+            .sum::<usize>()
+            + state.segments.capacity() * 8;
+        drop(state);
+        StoreStats {
+            first_lsn: self.log.first_lsn(),
+            next_lsn: self.log.next_lsn(),
+            conversations: self.conversation_ids().len(),
+            snapshot_lsn: self.state.read().snapshot.as_ref().map(|loaded| loaded.lsn),
+            index_entries,
+            index_bytes,
+        }
+    }
+}
+
+fn skip_snapshot(report: &mut OpenReport, path: PathBuf, reason: String) {
+    tracing::warn!(snapshot = %path.display(), reason = %reason, "skipping unusable snapshot");
+    report.skipped_snapshots.push((path, reason));
+}
+
+/// A checked snapshot's LSN and conversation count, or what is wrong with it.
+pub type SnapshotCheck = std::result::Result<(Lsn, usize), String>;
+
+/// What [`verify`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreVerifyReport {
+    /// The log's report.
+    pub log: crate::log::VerifyReport,
+    /// Distinct conversations in the log.
+    pub conversations: usize,
+    /// Every snapshot: its file and LSN and conversation count, or what is wrong.
+    pub snapshots: Vec<(PathBuf, SnapshotCheck)>,
+}
+
+/// Checks a whole store without changing it: every record of every segment
+/// (checksums, and that each payload decodes as an event) and every snapshot.
+/// Fails at the first damage in the log; damaged snapshots are reported.
+pub fn verify(dir: impl AsRef<Path>, progress: &mut dyn FnMut(u64)) -> Result<StoreVerifyReport> {
+    let dir = dir.as_ref();
+    let storage = crate::storage::FileSystem;
+    let log = crate::log::recovery::verify_with_progress(&storage, dir, progress)?;
+    let mut conversations = std::collections::HashSet::new();
+    for record in LogReader::open(dir)?.iter() {
+        let record = record?;
+        if record.lsn >= log.next_lsn {
+            break;
+        }
+        let event =
+            codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
+                lsn: record.lsn,
+                reason,
+            })?;
+        if let Some(id) = event.conversation_id() {
+            if !conversations.contains(id) {
+                conversations.insert(id.to_string());
+            }
+        }
+    }
+    let mut snapshots = Vec::new();
+    for (_, path) in snapshot::list(&storage, dir)? {
+        let checked = snapshot::verify(&storage, &path).map_err(|error| error.to_string());
+        snapshots.push((path, checked));
+    }
+    Ok(StoreVerifyReport {
+        log,
+        conversations: conversations.len(),
+        snapshots,
+    })
+}

@@ -1,0 +1,681 @@
+//! The conversation store: recording, folding, snapshots, compaction and
+//! host reducers.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use common::Rng;
+use convlog::conversation::{self, ConversationSlice};
+use convlog::log::LogOptions;
+use convlog::model::{
+    ConversationEntry, CustomEvent, Event, HistoryCurated, MessagesReplaced, Role, Timestamp,
+    ToolCall, ToolStatus, ToolStatusChanged,
+};
+use convlog::reducer::Reducer;
+use convlog::store::{Retention, Store, StoreBuilder, StoreOptions};
+use convlog::Error;
+use proptest::prelude::*;
+
+fn small_store_options() -> StoreOptions {
+    StoreOptions {
+        log: LogOptions {
+            segment_bytes_max: 4096,
+            ..LogOptions::default()
+        },
+        ..StoreOptions::default()
+    }
+}
+
+fn entry(evaluation: &str, sequence: u64, role: Role, text: &str) -> ConversationEntry {
+    let mut entry = ConversationEntry::new(evaluation, sequence, role, Some(text.to_string()));
+    entry.created_at = Timestamp(1_000_000 + sequence as i64);
+    entry
+}
+
+fn assistant(evaluation: &str, sequence: u64, calls: &[&str]) -> ConversationEntry {
+    let mut entry = entry(evaluation, sequence, Role::Assistant, "calling tools");
+    entry.tool_calls = calls
+        .iter()
+        .map(|call| ToolCall {
+            call_id: call.to_string(),
+            name: "search".into(),
+            arguments: format!("{{\"q\":\"{call}\"}}"),
+            status: ToolStatus::Pending,
+            started_at: None,
+            ended_at: None,
+            error: None,
+        })
+        .collect();
+    entry
+}
+
+fn tool_result(evaluation: &str, sequence: u64, call: &str) -> ConversationEntry {
+    let mut entry = entry(
+        evaluation,
+        sequence,
+        Role::Tool,
+        &format!("result of {call}"),
+    );
+    entry.tool_call_id = Some(call.into());
+    entry.tool_name = Some("search".into());
+    entry
+}
+
+fn status(conversation: &str, evaluation: &str, call: &str, status: ToolStatus) -> Event {
+    Event::ToolStatus(ToolStatusChanged::new(
+        conversation,
+        evaluation,
+        call,
+        status,
+        Timestamp(5),
+    ))
+}
+
+#[test]
+fn a_recorded_conversation_reads_back_folded_and_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    store
+        .append_one(entry("e1", 0, Role::System, "be brief").recorded_in("c1"))
+        .unwrap();
+    store
+        .append_one(entry("e1", 1, Role::User, "weather?").recorded_in("c1"))
+        .unwrap();
+    store
+        .append_one(entry("e1", 0, Role::System, "other").recorded_in("c2"))
+        .unwrap();
+    store
+        .append(vec![
+            assistant("e1", 2, &["a", "b"]).recorded_in("c1"),
+            status("c1", "e1", "a", ToolStatus::Running),
+        ])
+        .unwrap();
+    store
+        .append_one(tool_result("e1", 3, "a").recorded_in("c1"))
+        .unwrap();
+
+    let slice = store.conversation("c1").unwrap();
+    let texts: Vec<_> = slice
+        .entries()
+        .map(|entry| entry.content.clone().unwrap())
+        .collect();
+    assert_eq!(
+        texts,
+        ["be brief", "weather?", "calling tools", "result of a"]
+    );
+    assert_eq!(
+        slice.tool_call("a").unwrap().1.status,
+        ToolStatus::Completed
+    );
+    assert_eq!(slice.tool_call("b").unwrap().1.status, ToolStatus::Pending);
+    assert_eq!(store.conversation("c2").unwrap().len(), 1);
+    assert!(matches!(
+        store.conversation("nope"),
+        Err(Error::ConversationNotFound { conversation_id }) if conversation_id == "nope"
+    ));
+    assert_eq!(store.conversation_ids(), ["c1", "c2"]);
+}
+
+#[test]
+fn an_invalid_event_rejects_its_whole_batch_and_names_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    store
+        .append_one(entry("e1", 0, Role::System, "kept").recorded_in("c"))
+        .unwrap();
+    let mut bad = assistant("e1", 1, &["a"]);
+    bad.tool_calls[0].call_id = "x".repeat(300);
+    let error = store
+        .append(vec![
+            entry("e1", 2, Role::User, "fine").recorded_in("c"),
+            bad.recorded_in("c"),
+        ])
+        .unwrap_err();
+    match &error {
+        Error::InvalidEvent { index, field } => {
+            assert_eq!(*index, 1);
+            assert_eq!(field.field, "entry.tool_calls[0].call_id");
+        }
+        other => panic!("expected InvalidEvent, got {other:?}"),
+    }
+    assert!(error.to_string().contains("ID_BYTES_MAX"), "{error}");
+    let empty_id = entry("e1", 3, Role::User, "x").recorded_in("");
+    assert!(matches!(
+        store.append_one(empty_id),
+        Err(Error::InvalidEvent { .. })
+    ));
+    assert_eq!(
+        store.conversation("c").unwrap().len(),
+        1,
+        "nothing of the batch was stored"
+    );
+    assert_eq!(store.log().next_lsn(), 2);
+}
+
+/// Counts tool-status events and sums custom "tokens" payloads.
+#[derive(Default)]
+struct Counter;
+
+impl Reducer for Counter {
+    type Slice = BTreeMap<String, u64>;
+    fn name(&self) -> &str {
+        "test-counter/v1"
+    }
+    fn apply(&self, slice: &mut Self::Slice, event: &Event, _lsn: u64) {
+        *slice.entry(event.type_name().to_string()).or_default() += 1;
+        if let Event::Custom(custom) = event {
+            *slice.entry("tokens".into()).or_default() += custom.payload.len() as u64;
+        }
+    }
+}
+
+fn custom(bytes: usize) -> Event {
+    Event::Custom(CustomEvent {
+        kind: "tokens".into(),
+        conversation_id: None,
+        payload: vec![7; bytes],
+    })
+}
+
+#[test]
+fn host_reducers_fold_observe_and_survive_snapshots_and_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let observed = Arc::new(AtomicU64::new(0));
+    {
+        let store = StoreBuilder::new(dir.path())
+            .reducer(Counter)
+            .open()
+            .unwrap();
+        let seen = Arc::clone(&observed);
+        store.observe::<Counter>(move |slice, _event, lsn| {
+            assert!(slice.values().sum::<u64>() > 0);
+            seen.store(lsn, Ordering::SeqCst);
+        });
+        store.append(vec![custom(3), custom(4)]).unwrap();
+        store
+            .append_one(entry("e", 0, Role::User, "hi").recorded_in("c"))
+            .unwrap();
+        store.snapshot().unwrap();
+        store.append_one(custom(10)).unwrap();
+        let slice = store.slice::<Counter>();
+        assert_eq!(slice["tokens"], 17);
+        assert_eq!(slice["custom"], 3);
+        assert_eq!(
+            observed.load(Ordering::SeqCst),
+            4,
+            "observer saw the last LSN"
+        );
+    }
+    // Snapshot slice + tail replay.
+    let store = StoreBuilder::new(dir.path())
+        .reducer(Counter)
+        .open()
+        .unwrap();
+    assert_eq!(store.open_report().replayed_events, 1);
+    assert_eq!(store.slice::<Counter>()["tokens"], 17);
+    assert_eq!(store.slice::<Counter>()["conversation_recorded"], 1);
+}
+
+/// A reducer registered after the snapshot was taken has no slice in it.
+struct LateCounter;
+
+impl Reducer for LateCounter {
+    type Slice = u64;
+    fn name(&self) -> &str {
+        "late/v1"
+    }
+    fn apply(&self, slice: &mut u64, _event: &Event, _lsn: u64) {
+        *slice += 1;
+    }
+}
+
+#[test]
+fn a_reducer_missing_from_the_snapshot_is_rebuilt_from_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        for _ in 0..5 {
+            store.append_one(custom(1)).unwrap();
+        }
+        store.snapshot().unwrap();
+        store.append_one(custom(1)).unwrap();
+    }
+    let store = StoreBuilder::new(dir.path())
+        .reducer(LateCounter)
+        .open()
+        .unwrap();
+    assert_eq!(store.slice::<LateCounter>(), 6);
+}
+
+fn full_fold(dir: &std::path::Path, conversation_id: &str) -> ConversationSlice {
+    let events: Vec<(Event, u64)> = common::read_all(dir)
+        .into_iter()
+        .map(|record| {
+            (
+                convlog::codec::decode_event(&record.payload).unwrap(),
+                record.lsn,
+            )
+        })
+        .collect();
+    conversation::fold(
+        conversation_id,
+        events.iter().map(|(event, lsn)| (event, *lsn)),
+    )
+}
+
+#[test]
+fn open_after_a_snapshot_replays_only_the_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path(), small_store_options()).unwrap();
+        for index in 0..200u64 {
+            store
+                .append_one(
+                    entry("e", index, Role::User, &format!("message {index}"))
+                        .recorded_in(&format!("c{}", index % 7)),
+                )
+                .unwrap();
+        }
+        let info = store.snapshot().unwrap();
+        assert_eq!(info.lsn, 201);
+        assert_eq!(info.conversations, 7);
+        for index in 200..230u64 {
+            store
+                .append_one(
+                    entry("e", index, Role::User, "after").recorded_in(&format!("c{}", index % 7)),
+                )
+                .unwrap();
+        }
+    }
+    let store = Store::open(dir.path(), small_store_options()).unwrap();
+    let report = store.open_report();
+    assert_eq!(report.snapshot.as_ref().map(|(_, lsn)| *lsn), Some(201));
+    assert_eq!(report.replayed_events, 30);
+    for conversation in store.conversation_ids() {
+        assert_eq!(
+            store.conversation(&conversation).unwrap(),
+            full_fold(dir.path(), &conversation)
+        );
+    }
+}
+
+#[test]
+fn a_damaged_snapshot_is_skipped_for_an_older_one_or_a_full_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshots: Vec<_> = {
+        let store = Store::open(dir.path(), small_store_options()).unwrap();
+        let mut taken = Vec::new();
+        for round in 0..2u64 {
+            for index in 0..20u64 {
+                store
+                    .append_one(entry("e", round * 20 + index, Role::User, "m").recorded_in("c"))
+                    .unwrap();
+            }
+            taken.push(store.snapshot().unwrap());
+        }
+        taken
+    };
+    // Damage the directory of the newest snapshot: the older one is used.
+    let newest = &snapshots[1].path;
+    let mut bytes = std::fs::read(newest).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(newest, &bytes).unwrap();
+    let store = Store::open(dir.path(), small_store_options()).unwrap();
+    assert_eq!(store.open_report().skipped_snapshots.len(), 1);
+    assert_eq!(
+        store.open_report().snapshot.as_ref().map(|(_, lsn)| *lsn),
+        Some(snapshots[0].lsn)
+    );
+    assert_eq!(store.conversation("c").unwrap(), full_fold(dir.path(), "c"));
+    drop(store);
+    // Damage the older one's header too: a full replay.
+    let mut bytes = std::fs::read(&snapshots[0].path).unwrap();
+    bytes[20] ^= 0xff;
+    std::fs::write(&snapshots[0].path, &bytes).unwrap();
+    let store = Store::open(dir.path(), small_store_options()).unwrap();
+    assert_eq!(store.open_report().snapshot, None);
+    assert_eq!(store.open_report().replayed_events, 40);
+    assert_eq!(store.conversation("c").unwrap(), full_fold(dir.path(), "c"));
+}
+
+#[test]
+fn a_damaged_slice_in_a_snapshot_falls_back_to_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let info = {
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        for index in 0..10u64 {
+            store
+                .append_one(entry("e", index, Role::User, "m").recorded_in("c"))
+                .unwrap();
+        }
+        store.snapshot().unwrap()
+    };
+    // The first blob starts right after the 48-byte header.
+    let mut bytes = std::fs::read(&info.path).unwrap();
+    bytes[60] ^= 0x01;
+    std::fs::write(&info.path, &bytes).unwrap();
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    assert_eq!(store.conversation("c").unwrap(), full_fold(dir.path(), "c"));
+    let verified = convlog::store::verify(dir.path(), &mut |_| {}).unwrap();
+    assert!(
+        verified.snapshots[0].1.is_err(),
+        "verify reports the damaged blob"
+    );
+}
+
+#[test]
+fn compaction_deletes_only_what_a_snapshot_covers_and_only_when_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let fill = |store: &Store, from: u64, to: u64| {
+        for index in from..to {
+            store
+                .append_one(
+                    entry("e", index, Role::User, &"words ".repeat(20))
+                        .recorded_in(&format!("c{}", index % 3)),
+                )
+                .unwrap();
+        }
+    };
+    let before: Vec<ConversationSlice>;
+    {
+        let store = Store::open(dir.path(), small_store_options()).unwrap();
+        fill(&store, 0, 200);
+        store.snapshot().unwrap();
+        let kept = store.compact().unwrap();
+        assert!(
+            kept.removed.is_empty(),
+            "the default retention keeps the log"
+        );
+        assert!(kept.note.unwrap().contains("KeepAll"));
+    }
+    let options = StoreOptions {
+        retention: Retention::DeleteCoveredBySnapshot,
+        ..small_store_options()
+    };
+    {
+        let store = Store::open(dir.path(), options.clone()).unwrap();
+        fill(&store, 200, 260);
+        store.snapshot().unwrap();
+        let segments_before = common::segment_paths(dir.path()).len();
+        let report = store.compact().unwrap();
+        assert!(!report.removed.is_empty());
+        assert_eq!(
+            common::segment_paths(dir.path()).len(),
+            segments_before - report.removed.len()
+        );
+        assert!(store.log().first_lsn() > 1);
+        fill(&store, 260, 270);
+        before = (0..3)
+            .map(|c| store.conversation(&format!("c{c}")).unwrap())
+            .collect();
+        assert_eq!(
+            before.iter().map(ConversationSlice::len).sum::<usize>(),
+            270
+        );
+    }
+    let store = Store::open(dir.path(), options).unwrap();
+    let after: Vec<ConversationSlice> = (0..3)
+        .map(|c| store.conversation(&format!("c{c}")).unwrap())
+        .collect();
+    assert_eq!(after, before);
+    drop(store);
+    // Without a usable snapshot, a compacted log cannot be opened silently.
+    for entry in std::fs::read_dir(dir.path().join("snapshots")).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    assert!(matches!(
+        Store::open(dir.path(), small_store_options()),
+        Err(Error::SnapshotRestore { .. })
+    ));
+}
+
+#[test]
+fn automatic_snapshots_every_n_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        snapshot_every_events: Some(50),
+        ..StoreOptions::default()
+    };
+    let store = Store::open(dir.path(), options.clone()).unwrap();
+    for index in 0..120u64 {
+        store
+            .append_one(entry("e", index, Role::User, "m").recorded_in("c"))
+            .unwrap();
+    }
+    assert_eq!(store.stats().snapshot_lsn, Some(101));
+    drop(store);
+    let store = Store::open(dir.path(), options).unwrap();
+    assert_eq!(store.open_report().replayed_events, 20);
+    assert_eq!(store.conversation("c").unwrap().len(), 120);
+}
+
+#[test]
+fn a_crash_while_writing_a_snapshot_leaves_the_store_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (older, newer) = {
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        for index in 0..5u64 {
+            store
+                .append_one(entry("e", index, Role::User, "m").recorded_in("c"))
+                .unwrap();
+        }
+        let older = store.snapshot().unwrap();
+        for index in 5..10u64 {
+            store
+                .append_one(entry("e", index, Role::User, "m").recorded_in("c"))
+                .unwrap();
+        }
+        (older, store.snapshot().unwrap())
+    };
+    let bytes = std::fs::read(&newer.path).unwrap();
+    let temporary = dir
+        .path()
+        .join("snapshots")
+        .join(format!("{:020}.snap.tmp", newer.lsn));
+    // A crash before the rename leaves a temporary file of any length; a
+    // power loss after it can leave the final file cut at any length.
+    for cut in [0, 10, 47, 48, 60, bytes.len() / 2, bytes.len() - 1] {
+        std::fs::write(&temporary, &bytes[..cut]).unwrap();
+        std::fs::write(&newer.path, &bytes[..cut]).unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let report = store.open_report();
+        assert_eq!(
+            report.snapshot.as_ref().map(|(_, lsn)| *lsn),
+            Some(older.lsn),
+            "cut {cut}"
+        );
+        assert_eq!(report.skipped_snapshots.len(), 1, "cut {cut}");
+        assert_eq!(report.replayed_events, 5, "cut {cut}");
+        assert_eq!(store.conversation("c").unwrap(), full_fold(dir.path(), "c"));
+    }
+    std::fs::write(&newer.path, &bytes).unwrap();
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    assert_eq!(
+        store.open_report().snapshot.as_ref().map(|(_, lsn)| *lsn),
+        Some(newer.lsn)
+    );
+}
+
+/// One random operation of the property test.
+#[derive(Debug, Clone)]
+enum Step {
+    Record {
+        conversation: u8,
+        evaluation: u8,
+        role: u8,
+        calls: u8,
+    },
+    Duplicate(u8),
+    Status {
+        conversation: u8,
+        call: u8,
+        status: u8,
+    },
+    Result {
+        conversation: u8,
+        call: u8,
+        error: bool,
+    },
+    Replace {
+        conversation: u8,
+        keep: u8,
+    },
+    Curate(u8),
+    Custom(u8),
+    Snapshot,
+    Reopen,
+}
+
+fn step_strategy() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (0u8..3, 0u8..3, 0u8..3, 0u8..3).prop_map(|(conversation, evaluation, role, calls)| Step::Record { conversation, evaluation, role, calls }),
+        1 => any::<u8>().prop_map(Step::Duplicate),
+        3 => (0u8..3, any::<u8>(), 0u8..4).prop_map(|(conversation, call, status)| Step::Status { conversation, call, status }),
+        2 => (0u8..3, any::<u8>(), any::<bool>()).prop_map(|(conversation, call, error)| Step::Result { conversation, call, error }),
+        1 => (0u8..3, 0u8..4).prop_map(|(conversation, keep)| Step::Replace { conversation, keep }),
+        1 => (0u8..3).prop_map(Step::Curate),
+        1 => any::<u8>().prop_map(Step::Custom),
+        1 => Just(Step::Snapshot),
+        1 => Just(Step::Reopen),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// For random event sequences with snapshots and reopens at random
+    /// points: every conversation read from the store (snapshot + tail)
+    /// equals the pure fold of every event in the log, slice for slice, and
+    /// host slices equal a full replay.
+    #[test]
+    fn snapshot_plus_tail_replay_equals_full_replay(steps in proptest::collection::vec(step_strategy(), 1..60), seed in any::<u64>()) {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || StoreBuilder::new(dir.path()).options(small_store_options()).reducer(Counter).open().unwrap();
+        let mut store = open();
+        let mut rng = Rng::new(seed);
+        let mut recorded: Vec<Event> = Vec::new();
+        let mut calls: Vec<(String, String, String)> = Vec::new();
+        let mut sequence = 0u64;
+        for step in steps {
+            let conversation_of = |index: u8| format!("conv-{index}");
+            let event = match step {
+                Step::Record { conversation, evaluation, role, calls: call_count } => {
+                    sequence += 1;
+                    let evaluation = format!("eval-{evaluation}");
+                    let conversation = conversation_of(conversation);
+                    let mut new = match role {
+                        0 => entry(&evaluation, rng.below(20), Role::User, "u"),
+                        1 => entry(&evaluation, rng.below(20), Role::System, "s"),
+                        _ => {
+                            let ids: Vec<String> = (0..call_count).map(|index| format!("call-{sequence}-{index}")).collect();
+                            for id in &ids {
+                                calls.push((conversation.clone(), evaluation.clone(), id.clone()));
+                            }
+                            let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+                            assistant(&evaluation, rng.below(20), &refs)
+                        }
+                    };
+                    new.turn = rng.below(3) as u32;
+                    new.recorded_in(&conversation)
+                }
+                Step::Duplicate(pick) => match recorded.iter().filter(|event| matches!(event, Event::ConversationRecorded(_))).nth(pick as usize) {
+                    Some(event) => event.clone(),
+                    None => continue,
+                },
+                Step::Status { conversation, call, status: which } => {
+                    let (conversation, evaluation, call) = calls
+                        .get(call as usize % calls.len().max(1))
+                        .cloned()
+                        .unwrap_or((conversation_of(conversation), "eval-0".into(), "ghost".into()));
+                    let status_value = [ToolStatus::Pending, ToolStatus::Running, ToolStatus::Completed, ToolStatus::Failed][which as usize];
+                    status(&conversation, &evaluation, &call, status_value)
+                }
+                Step::Result { conversation, call, error } => {
+                    sequence += 1;
+                    let (conversation, evaluation, call) = calls
+                        .get(call as usize % calls.len().max(1))
+                        .cloned()
+                        .unwrap_or((conversation_of(conversation), "eval-0".into(), "ghost".into()));
+                    let mut result = tool_result(&evaluation, rng.below(20), &call);
+                    result.is_error = error;
+                    result.recorded_in(&conversation)
+                }
+                Step::Replace { conversation, keep } => Event::MessagesReplaced(MessagesReplaced {
+                    conversation_id: conversation_of(conversation),
+                    entries: (0..keep).map(|index| entry("eval-r", u64::from(index), Role::User, "replaced")).collect(),
+                    at: Timestamp(9),
+                }),
+                Step::Curate(conversation) => Event::HistoryCurated(HistoryCurated {
+                    conversation_id: conversation_of(conversation),
+                    strategy: "sliding_window(3)".into(),
+                    original_count: 10,
+                    curated_count: 4,
+                    at: Timestamp(9),
+                }),
+                Step::Custom(size) => custom(usize::from(size % 16)),
+                Step::Snapshot => {
+                    store.snapshot().unwrap();
+                    continue;
+                }
+                Step::Reopen => {
+                    drop(store);
+                    store = open();
+                    continue;
+                }
+            };
+            store.append_one(event.clone()).unwrap();
+            recorded.push(event);
+        }
+        for index in 0..3u8 {
+            let id = format!("conv-{index}");
+            let expected = conversation::fold(&id, recorded.iter().zip(1..));
+            match store.conversation(&id) {
+                Ok(slice) => prop_assert_eq!(slice, expected),
+                Err(Error::ConversationNotFound { .. }) => prop_assert!(expected.last_lsn() == 0),
+                Err(other) => prop_assert!(false, "{other}"),
+            }
+        }
+        let mut counter = BTreeMap::new();
+        for (event, lsn) in recorded.iter().zip(1..) {
+            Counter.apply(&mut counter, event, lsn);
+        }
+        prop_assert_eq!(store.slice::<Counter>(), counter);
+    }
+}
+
+#[test]
+fn concurrent_appenders_to_one_conversation_read_back_every_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(
+        StoreBuilder::new(dir.path())
+            .reducer(Counter)
+            .open()
+            .unwrap(),
+    );
+    let threads: Vec<_> = (0..8u64)
+        .map(|thread| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                for index in 0..50u64 {
+                    let evaluation = format!("eval-{thread}");
+                    store
+                        .append_one(
+                            entry(&evaluation, index, Role::User, "m").recorded_in("shared"),
+                        )
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let slice = store.conversation("shared").unwrap();
+    assert_eq!(slice.len(), 400);
+    assert_eq!(slice, full_fold(dir.path(), "shared"));
+    assert_eq!(store.slice::<Counter>()["conversation_recorded"], 400);
+}

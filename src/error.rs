@@ -62,6 +62,19 @@ pub enum Error {
         conversation_id: String,
     },
 
+    /// Resuming with a prompt that is not the one the evaluation started with.
+    #[error("conversation {conversation_id:?}, evaluation {evaluation_id:?} was started with prompt {recorded}, not {requested}")]
+    PromptMismatch {
+        /// The conversation.
+        conversation_id: String,
+        /// The evaluation.
+        evaluation_id: String,
+        /// The prompt identity recorded on its system entry (namespace/key).
+        recorded: String,
+        /// The prompt identity the host asked to resume with.
+        requested: String,
+    },
+
     /// A snapshot could not be used and nothing else can stand in for it
     /// (the log segments it covers were compacted away).
     #[error("snapshot {path}: {reason}")]

@@ -23,6 +23,7 @@ pub mod error;
 pub mod log;
 pub mod model;
 pub mod reducer;
+pub mod resume;
 pub mod storage;
 pub mod store;
 

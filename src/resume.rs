@@ -1,0 +1,217 @@
+//! Resume: what a host that died mid-evaluation needs to carry on.
+//!
+//! [`Store::resume`] folds one conversation and reports, for one evaluation
+//! (the latest by default): its entries in order, the tool calls that never
+//! finished (to run again), the calls that did (never to run twice), the
+//! next sequence and turn, and whether the evaluation had already finished.
+//!
+//! A call is *unfinished* when its status is pending or running and no
+//! result entry answers it. A call with a result entry, or a completed or
+//! failed status, is *finished*.
+
+use serde::Serialize;
+
+use crate::conversation::ConversationSlice;
+use crate::error::{Error, Result};
+use crate::model::{
+    ConversationEntry, Event, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged,
+};
+use crate::store::Store;
+
+/// The prompt a host is resuming with: its namespace and key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PromptIdentity {
+    /// Prompt namespace.
+    pub namespace: Option<String>,
+    /// Prompt key.
+    pub key: Option<String>,
+}
+
+impl std::fmt::Display for PromptIdentity {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            formatter,
+            "{}/{}",
+            self.namespace.as_deref().unwrap_or("-"),
+            self.key.as_deref().unwrap_or("-")
+        )
+    }
+}
+
+/// What to resume.
+#[derive(Debug, Clone, Default)]
+pub struct ResumeOptions {
+    /// The evaluation (default: the latest one of the conversation).
+    pub evaluation_id: Option<String>,
+    /// When set, the evaluation's system entry must carry this prompt
+    /// identity, or resume fails with `Error::PromptMismatch`.
+    pub prompt: Option<PromptIdentity>,
+}
+
+/// A tool call that never finished.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnfinishedCall {
+    /// The call as recorded (status pending or running).
+    pub call: ToolCall,
+    /// The assistant entry that requested it.
+    pub assistant_message_id: uuid::Uuid,
+}
+
+/// A tool call that finished: do not run it again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FinishedCall {
+    /// The call as recorded (completed or failed).
+    pub call: ToolCall,
+    /// Its result entry, when one was recorded.
+    pub result: Option<ConversationEntry>,
+}
+
+/// Everything a host needs to continue an evaluation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResumeState {
+    /// The conversation.
+    pub conversation_id: String,
+    /// The evaluation being resumed.
+    pub evaluation_id: String,
+    /// Its entries, in sequence order.
+    pub entries: Vec<ConversationEntry>,
+    /// Calls to run again, in the order they were requested.
+    pub unfinished_calls: Vec<UnfinishedCall>,
+    /// Calls that finished, in the order they were requested.
+    pub finished_calls: Vec<FinishedCall>,
+    /// The sequence number the next entry should get.
+    pub next_sequence: u64,
+    /// The turn of the last assistant response (0 before any).
+    pub turn: u32,
+    /// The turn the next assistant response should carry.
+    pub next_turn: u32,
+    /// The evaluation ended: its last entry is an assistant response with no
+    /// tool calls, and nothing is unfinished.
+    pub finished: bool,
+}
+
+impl ResumeState {
+    /// Builds the resume state of `evaluation_id` from a folded conversation.
+    pub fn from_slice(slice: &ConversationSlice, evaluation_id: &str) -> ResumeState {
+        let entries: Vec<ConversationEntry> = slice
+            .evaluation(evaluation_id)
+            .into_iter()
+            .cloned()
+            .collect();
+        let mut unfinished_calls = Vec::new();
+        let mut finished_calls = Vec::new();
+        for entry in entries.iter().filter(|entry| entry.role == Role::Assistant) {
+            for call in &entry.tool_calls {
+                let result = entries
+                    .iter()
+                    .find(|candidate| {
+                        candidate.role == Role::Tool
+                            && candidate.tool_call_id.as_deref() == Some(call.call_id.as_str())
+                    })
+                    .cloned();
+                if result.is_some() || call.status.is_finished() {
+                    finished_calls.push(FinishedCall {
+                        call: call.clone(),
+                        result,
+                    });
+                } else {
+                    unfinished_calls.push(UnfinishedCall {
+                        call: call.clone(),
+                        assistant_message_id: entry.message_id,
+                    });
+                }
+            }
+        }
+        let turn = entries
+            .iter()
+            .filter(|entry| entry.role == Role::Assistant)
+            .map(|entry| entry.turn)
+            .max()
+            .unwrap_or(0);
+        let finished = unfinished_calls.is_empty()
+            && entries
+                .last()
+                .is_some_and(|last| last.role == Role::Assistant && last.tool_calls.is_empty());
+        ResumeState {
+            conversation_id: slice.conversation_id().to_string(),
+            evaluation_id: evaluation_id.to_string(),
+            next_sequence: slice.next_sequence(evaluation_id),
+            entries,
+            unfinished_calls,
+            finished_calls,
+            turn,
+            next_turn: turn + 1,
+            finished,
+        }
+    }
+
+    /// The event a host records when it starts running an unfinished call
+    /// again after a resume: status running, marked `resumed`.
+    pub fn rerun_event(&self, call_id: &str, at: Timestamp) -> Event {
+        let mut change = ToolStatusChanged::new(
+            &self.conversation_id,
+            &self.evaluation_id,
+            call_id,
+            ToolStatus::Running,
+            at,
+        );
+        change.resumed = true;
+        Event::ToolStatus(change)
+    }
+}
+
+impl Store {
+    /// What a host needs to resume a conversation's evaluation; see the
+    /// module docs. Fails with `ConversationNotFound`, `PromptMismatch`, or
+    /// `SnapshotRestore` when a damaged snapshot has no fallback.
+    pub fn resume(&self, conversation_id: &str, options: &ResumeOptions) -> Result<ResumeState> {
+        let slice = self.conversation(conversation_id)?;
+        let evaluation_id = match &options.evaluation_id {
+            Some(id) if slice.evaluations().iter().any(|known| known == id) => id.clone(),
+            Some(id) => {
+                return Err(Error::InvalidArgument(format!(
+                    "conversation {conversation_id:?} has no evaluation {id:?}"
+                )))
+            }
+            None => slice
+                .latest_evaluation()
+                .map(str::to_string)
+                .ok_or_else(|| Error::ConversationNotFound {
+                    conversation_id: conversation_id.to_string(),
+                })?,
+        };
+        let state = ResumeState::from_slice(&slice, &evaluation_id);
+        if let Some(expected) = &options.prompt {
+            let system = state
+                .entries
+                .iter()
+                .find(|entry| entry.role == Role::System);
+            let recorded = PromptIdentity {
+                namespace: system.and_then(|entry| entry.prompt_ns.clone()),
+                key: system.and_then(|entry| entry.prompt_key.clone()),
+            };
+            if &recorded != expected {
+                return Err(Error::PromptMismatch {
+                    conversation_id: conversation_id.to_string(),
+                    evaluation_id,
+                    recorded: recorded.to_string(),
+                    requested: expected.to_string(),
+                });
+            }
+        }
+        Ok(state)
+    }
+
+    /// The recorded result of call `call_id` in a conversation, if any: a
+    /// host re-running a mutating tool returns this instead of acting twice.
+    pub fn recorded_result(
+        &self,
+        conversation_id: &str,
+        call_id: &str,
+    ) -> Result<Option<ConversationEntry>> {
+        Ok(self
+            .conversation(conversation_id)?
+            .tool_result(call_id)
+            .cloned())
+    }
+}

@@ -162,6 +162,36 @@ mod tests {
         }
     }
 
+    /// Pins the bytes `docs/format.md` section 12 specifies.
+    #[test]
+    fn the_documented_encoding_is_the_one_written() {
+        let event = Event::ToolStatus(ToolStatusChanged {
+            conversation_id: "c".into(),
+            evaluation_id: "e".into(),
+            call_id: "k".into(),
+            status: ToolStatus::Running,
+            at: Timestamp(-300),
+            error: Some("x".repeat(300)),
+            resumed: true,
+        });
+        let mut expected = vec![1, 2, 1, b'c', 1, b'e', 1, b'k', 1];
+        expected.extend([0xFB, 0x57, 0x02]); // zigzag(-300) = 599 = 0x0257
+        expected.extend([1, 0xFB, 0x2C, 0x01]); // Some, length 300
+        expected.extend(std::iter::repeat_n(b'x', 300));
+        expected.push(1); // resumed
+        assert_eq!(encode_event(&event), expected);
+
+        let mut entry = ConversationEntry::new("e", 2, Role::Tool, None);
+        entry.message_id = uuid::Uuid::from_bytes([7; 16]);
+        entry.created_at = Timestamp(1);
+        let bytes = encode_event(&entry.recorded_in("c"));
+        let mut expected = vec![1, 1, 1, b'c', 0, 2]; // version, kind, id, no session, created_at
+        expected.push(16);
+        expected.extend([7; 16]);
+        expected.extend([1, b'e', 2, 0, 3]); // evaluation, sequence, turn, role tool
+        assert_eq!(&bytes[..expected.len()], &expected[..]);
+    }
+
     #[test]
     fn truncated_or_altered_payloads_are_errors_not_panics() {
         for event in sample_events() {

@@ -22,6 +22,7 @@ pub mod conversation;
 pub mod error;
 pub mod log;
 pub mod model;
+pub mod parts;
 pub mod reducer;
 pub mod resume;
 pub mod storage;

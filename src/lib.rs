@@ -20,6 +20,7 @@
 pub mod codec;
 pub mod conversation;
 pub mod error;
+pub mod json;
 pub mod log;
 pub mod model;
 pub mod parts;

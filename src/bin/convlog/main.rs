@@ -1,29 +1,111 @@
-//! The `convlog` command: a thin shell over the library.
+//! The `convlog` command: a thin shell over the library. JSON in and out:
+//! events in their JSON form (`EVENTS.md`), one per line.
 //!
 //! Exit codes: 0 success, 1 failure (the message names the store, file and
-//! offset at fault), 2 usage error.
+//! offset, or the input line and field, at fault), 2 usage error.
 
+mod commands;
 mod demo;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "convlog",
     version,
     about = "An embedded, durable, event-sourced store for LLM agent conversations",
-    after_help = "Examples:\n  convlog demo                 # crash a writer mid-run and recover\n  convlog verify ./my-store    # check every record of a store"
+    after_help = "Examples:
+  convlog append ./my-store < events.jsonl   # record events (JSON lines), print their LSNs
+  convlog dump ./my-store                    # every event as a JSON line, with its LSN
+  convlog verify ./my-store                  # check every record and snapshot
+  convlog demo                               # crash a writer mid-run and recover
+
+Exit codes: 0 success, 1 failure, 2 usage error. CONVLOG_LOG=info shows recovery notes."
 )]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
+/// When `append` acknowledges an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DurabilityArg {
+    /// Durable before acknowledged: its own fsync.
+    Sync,
+    /// Durable before acknowledged, sharing fsyncs (the default).
+    Group,
+    /// Written to the OS; fsynced every --interval-ms.
+    Periodic,
+    /// Written to the OS; fsynced when convlog exits.
+    None,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Append events read from standard input, one JSON event per line, and
+    /// print the LSN of each, one per line.
+    #[command(after_help = commands::APPEND_HELP)]
+    Append {
+        /// The store directory (created if it does not exist).
+        store: PathBuf,
+        /// When an event is acknowledged (its LSN printed).
+        #[arg(long, value_enum, default_value_t = DurabilityArg::Group)]
+        durability: DurabilityArg,
+        /// The fsync interval of --durability periodic, in milliseconds.
+        #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+        interval_ms: Option<u64>,
+    },
+    /// Print every event as one JSON line with its "lsn", in LSN order.
+    #[command(after_help = commands::DUMP_HELP)]
+    Dump {
+        /// The store directory.
+        store: PathBuf,
+        /// Start at this LSN (default: the first event in the log).
+        #[arg(long, value_name = "LSN", value_parser = clap::value_parser!(u64).range(1..))]
+        from: Option<u64>,
+        /// Print only the events of this conversation.
+        #[arg(long, value_name = "ID")]
+        conversation: Option<String>,
+    },
+    /// Check every record of every segment, and every snapshot, without
+    /// changing the store.
+    #[command(after_help = commands::VERIFY_HELP)]
+    Verify {
+        /// The store directory.
+        store: PathBuf,
+        /// Check only the log's frames (checksums, LSN order), not that each
+        /// payload is a convlog event, nor the snapshots.
+        #[arg(long)]
+        log_only: bool,
+    },
+    /// Write a snapshot of every conversation at the end of the log.
+    #[command(after_help = commands::SNAPSHOT_HELP)]
+    Snapshot {
+        /// The store directory.
+        store: PathBuf,
+    },
+    /// Delete log segments the newest snapshot covers (only with
+    /// --delete-covered; by default the whole log is kept for audit).
+    #[command(after_help = commands::COMPACT_HELP)]
+    Compact {
+        /// The store directory.
+        store: PathBuf,
+        /// Delete the sealed segments whose events the newest snapshot
+        /// covers (Retention::DeleteCoveredBySnapshot). Without it nothing
+        /// is deleted.
+        #[arg(long)]
+        delete_covered: bool,
+    },
+    /// Print counters of a store: segments, LSN range, conversations,
+    /// snapshot, index size.
+    #[command(after_help = commands::STATS_HELP)]
+    Stats {
+        /// The store directory.
+        store: PathBuf,
+    },
     /// Run a writer, kill it with SIGKILL mid-batch, reopen, and show that
     /// every acknowledged append survived.
     #[command(after_help = "Example:\n  convlog demo --dir /tmp/convlog-demo")]
@@ -32,12 +114,6 @@ enum Command {
         /// system temporary directory). Must not exist yet.
         #[arg(long)]
         dir: Option<PathBuf>,
-    },
-    /// Check every record of every segment of a store without changing it.
-    #[command(after_help = "Example:\n  convlog verify ./my-store")]
-    Verify {
-        /// The store directory.
-        store: PathBuf,
     },
     /// Internal: the worker process the demo kills.
     #[command(hide = true)]
@@ -58,38 +134,60 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo { dir } => demo::run(dir),
-        Command::DemoWorker { store } => demo::worker(&store),
-        Command::Verify { store } => verify(&store),
+        Command::Append {
+            store,
+            durability,
+            interval_ms,
+        } => {
+            let durability = durability_of(durability, interval_ms);
+            commands::append(&store, durability)
+        }
+        Command::Dump {
+            store,
+            from,
+            conversation,
+        } => commands::dump(&store, from, conversation.as_deref()),
+        Command::Verify { store, log_only } => commands::verify(&store, log_only),
+        Command::Snapshot { store } => commands::snapshot(&store),
+        Command::Compact {
+            store,
+            delete_covered,
+        } => commands::compact(&store, delete_covered),
+        Command::Stats { store } => commands::stats(&store),
+        Command::Demo { dir } => demo::run(dir).map_err(commands::Failure::from),
+        Command::DemoWorker { store } => demo::worker(&store).map_err(commands::Failure::from),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("convlog: error: {error}");
+        Err(commands::Failure(message)) => {
+            eprintln!("convlog: error: {message}");
             ExitCode::from(1)
         }
     }
 }
 
-fn verify(store: &std::path::Path) -> convlog::Result<()> {
-    let report = convlog::log::verify(store)?;
-    println!("store      {}", store.display());
-    println!("segments   {}", report.segments);
-    println!("frames     {} (atomic batches)", report.frames);
-    println!("events     {}", report.events);
-    println!("bytes      {}", report.bytes);
-    if report.events == 0 {
-        println!("LSN range  empty");
-    } else {
-        println!("LSN range  {}..={}", report.first_lsn, report.next_lsn - 1);
+/// The library's durability for the flags; a usage error (exit 2) when
+/// --interval-ms comes without --durability periodic.
+fn durability_of(durability: DurabilityArg, interval_ms: Option<u64>) -> convlog::Durability {
+    use clap::CommandFactory;
+    if interval_ms.is_some() && durability != DurabilityArg::Periodic {
+        let mut command = Cli::command();
+        command.build();
+        command
+            .find_subcommand_mut("append")
+            .expect("append is a subcommand")
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--interval-ms applies only to --durability periodic",
+            )
+            .exit();
     }
-    match &report.torn_tail {
-        Some((segment, offset)) => println!(
-            "tail       torn at {}:{offset} (unsynced bytes a crash left; the next writer cuts them)",
-            segment.display()
-        ),
-        None => println!("tail       clean"),
+    match durability {
+        DurabilityArg::Sync => convlog::Durability::Sync,
+        DurabilityArg::Group => convlog::Durability::Group,
+        DurabilityArg::Periodic => convlog::Durability::Periodic(std::time::Duration::from_millis(
+            interval_ms.unwrap_or(commands::PERIODIC_INTERVAL_MS_DEFAULT),
+        )),
+        DurabilityArg::None => convlog::Durability::None,
     }
-    println!("result     ok: every record checked");
-    Ok(())
 }

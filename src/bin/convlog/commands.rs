@@ -1,0 +1,489 @@
+//! The subcommands that read and write stores: `append`, `dump`, `verify`,
+//! `snapshot`, `compact` and `stats`. Each is a few calls of the library;
+//! the JSON form of events is `convlog::json`'s.
+
+use std::collections::HashMap;
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
+
+use convlog::json::{self, LineError};
+use convlog::log::LogOptions;
+use convlog::store::{Retention, StoreOptions};
+use convlog::{Durability, Error, Event, LogReader, Store};
+
+pub const APPEND_HELP: &str = r#"Input: one event per line in the JSON form of EVENTS.md; a JSON array on one line is one
+atomic batch (all of its events or none). Empty lines are skipped. Omitted fields get
+defaults: entry.message_id a new UUID v4, created_at / at the current time, entry.sequence
+the next one in that conversation and evaluation (counting up across lines). An "lsn"
+field (as dump prints it) is ignored: the store assigns LSNs.
+
+Output: the LSN of each appended event, one per line, flushed after each input line.
+
+A line that does not parse or validate is reported on stderr with its line number and
+field ("convlog: error: line 3: entry.role: unknown variant ...") and is not appended;
+the lines before and after it are. convlog keeps going and exits 1 at the end if any
+line was rejected. An I/O failure of the store stops it at once (exit 1).
+
+Example:
+  echo '{"type":"conversation_recorded","conversation_id":"ctx_1","entry":{"evaluation_id":"eval-1","role":"user","content":"Weather in Paris?"}}' \
+    | convlog append ./my-store
+  convlog dump ./old-store | convlog append ./new-store --durability none"#;
+
+pub const DUMP_HELP: &str = r#"Output: one line per event, its JSON form (EVENTS.md) with an "lsn" field first:
+  {"lsn":1,"type":"conversation_recorded","conversation_id":"ctx_1",...}
+
+Read-only: takes no lock, so it works while a writer appends (it prints what was
+written when it reaches the end).
+
+Example:
+  convlog dump ./my-store --conversation ctx_1 --from 100"#;
+
+pub const VERIFY_HELP: &str = r#"Checks every record's checksum and that it decodes as an event, and every snapshot,
+then prints a summary. Exits 1 naming the segment file and byte offset of the first
+damage in the log, or the damaged snapshot. Takes no lock. --log-only checks only the
+frames (checksums, LSN order), for a log written with the raw log API (`convlog demo`).
+
+Example:
+  convlog verify ./my-store"#;
+
+pub const SNAPSHOT_HELP: &str = r#"Prints the snapshot file, its LSN (every event below it is in the snapshot) and the
+number of conversations in it. Needs the writer's lock (no other writer may run).
+
+Example:
+  convlog snapshot ./my-store"#;
+
+pub const COMPACT_HELP: &str = r#"Without --delete-covered nothing is deleted (the whole log stays for audit). With it,
+the sealed segments whose events all precede the newest snapshot are deleted; prints
+each removed file, or why nothing was removed. Needs the writer's lock.
+
+Example:
+  convlog snapshot ./my-store && convlog compact ./my-store --delete-covered"#;
+
+pub const STATS_HELP: &str = r#"Prints segments (count and bytes), the LSN range, events, conversations, the LSN of the
+snapshot in use, the in-memory index (entries and estimated bytes) and log bytes per
+event. Opens the store as its writer (replaying the tail after the snapshot), so it
+needs the writer's lock.
+
+Example:
+  convlog stats ./my-store"#;
+
+/// The fsync interval of `--durability periodic` without `--interval-ms`.
+pub const PERIODIC_INTERVAL_MS_DEFAULT: u64 = 100;
+
+/// Width of the label column of summaries.
+const LABEL_WIDTH: usize = 17;
+
+/// Line numbers listed in the summary of rejected lines.
+const REJECTED_LINES_LISTED_MAX: usize = 10;
+
+/// Why a command failed: the message printed after `convlog: error: `.
+#[derive(Debug)]
+pub struct Failure(pub String);
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        Failure(error.to_string())
+    }
+}
+
+impl From<LineError> for Failure {
+    fn from(error: LineError) -> Failure {
+        Failure(error.to_string())
+    }
+}
+
+fn row(label: &str, value: impl std::fmt::Display) {
+    println!("{label:<LABEL_WIDTH$}{value}");
+}
+
+/// Fails unless `dir` holds a store, so a mistyped path is not created.
+fn existing_store(dir: &Path) -> Result<(), Failure> {
+    LogReader::open(dir)?;
+    Ok(())
+}
+
+fn lsn_range(first_lsn: u64, next_lsn: u64) -> String {
+    if next_lsn > first_lsn {
+        format!("{first_lsn}..={}", next_lsn - 1)
+    } else {
+        format!("empty (the next LSN is {next_lsn})")
+    }
+}
+
+/// `convlog append STORE`.
+pub fn append(dir: &Path, durability: Durability) -> Result<(), Failure> {
+    let store = Store::open(
+        dir,
+        StoreOptions {
+            log: LogOptions {
+                durability,
+                ..LogOptions::default()
+            },
+            ..StoreOptions::default()
+        },
+    )?;
+    let mut sequences = SequenceCache::default();
+    let mut input = std::io::stdin().lock();
+    let mut stdout = std::io::stdout().lock();
+    let mut bytes = Vec::new();
+    let mut line = 0u64;
+    let mut rejected = Vec::new();
+    let mut appended_lines = 0u64;
+    loop {
+        bytes.clear();
+        let read = input
+            .read_until(b'\n', &mut bytes)
+            .map_err(|error| Failure(format!("read standard input after line {line}: {error}")))?;
+        if read == 0 {
+            break;
+        }
+        line += 1;
+        let parsed = match std::str::from_utf8(&bytes) {
+            Ok(text) => json::parse_line(line, text, &mut |conversation, evaluation| {
+                sequences.next(&store, conversation, evaluation)
+            }),
+            Err(error) => Err(LineError {
+                line,
+                field: None,
+                message: format!(
+                    "not UTF-8 text (invalid byte at offset {} of the line)",
+                    error.valid_up_to()
+                ),
+            }),
+        };
+        let events = match parsed {
+            Ok(events) if events.is_empty() => continue,
+            Ok(events) => events,
+            Err(error) => {
+                eprintln!("convlog: error: {error}");
+                rejected.push(line);
+                continue;
+            }
+        };
+        let batch = events.len() > 1;
+        let lsns = match store.append(events.clone()) {
+            Ok(lsns) => lsns,
+            Err(Error::InvalidEvent { index, field }) => {
+                let at = if batch { format!("[{index}].") } else { String::new() };
+                eprintln!(
+                    "convlog: error: line {line}: {at}{}: {}",
+                    field.field, field.reason
+                );
+                rejected.push(line);
+                continue;
+            }
+            Err(error @ (Error::LimitExceeded { .. } | Error::InvalidArgument(_))) => {
+                eprintln!("convlog: error: line {line}: {error}");
+                rejected.push(line);
+                continue;
+            }
+            Err(error) => {
+                return Err(Failure(format!(
+                    "line {line} was not appended: {error}; the {appended_lines} line(s) before it that were acknowledged stay appended"
+                )))
+            }
+        };
+        sequences.appended(&events);
+        appended_lines += 1;
+        let printed = lsns
+            .into_iter()
+            .try_for_each(|lsn| writeln!(stdout, "{lsn}"))
+            .and_then(|()| stdout.flush());
+        if let Err(error) = printed {
+            return Err(Failure(format!(
+                "write to standard output after line {line} (appended): {error}; stopped reading input"
+            )));
+        }
+    }
+    if rejected.is_empty() {
+        return Ok(());
+    }
+    let mut listed: Vec<String> = rejected
+        .iter()
+        .take(REJECTED_LINES_LISTED_MAX)
+        .map(u64::to_string)
+        .collect();
+    if rejected.len() > REJECTED_LINES_LISTED_MAX {
+        listed.push("...".to_string());
+    }
+    Err(Failure(format!(
+        "{} line(s) rejected and not appended ({} {}); the {appended_lines} other non-empty line(s) were appended",
+        rejected.len(),
+        if rejected.len() == 1 { "line" } else { "lines" },
+        listed.join(", ")
+    )))
+}
+
+/// The next free sequence of each evaluation of the conversations this
+/// `append` has touched. A conversation is folded from the store once, on
+/// first use; after that its appended entries keep it current (this process
+/// is the store's only writer while it runs).
+#[derive(Default)]
+struct SequenceCache {
+    conversations: HashMap<String, HashMap<String, u64>>,
+}
+
+impl SequenceCache {
+    fn next(&mut self, store: &Store, conversation: &str, evaluation: &str) -> Result<u64, String> {
+        if !self.conversations.contains_key(conversation) {
+            let mut next = HashMap::new();
+            match store.conversation(conversation) {
+                Ok(slice) => {
+                    for entry in slice.entries() {
+                        let free = next.entry(entry.evaluation_id.clone()).or_insert(0);
+                        *free = (*free).max(entry.sequence.saturating_add(1));
+                    }
+                }
+                Err(Error::ConversationNotFound { .. }) => {}
+                Err(error) => return Err(error.to_string()),
+            }
+            self.conversations.insert(conversation.to_string(), next);
+        }
+        Ok(self.conversations[conversation]
+            .get(evaluation)
+            .copied()
+            .unwrap_or(0))
+    }
+
+    fn appended(&mut self, events: &[Event]) {
+        for event in events {
+            match event {
+                Event::ConversationRecorded(body) => {
+                    if let Some(next) = self.conversations.get_mut(&body.conversation_id) {
+                        let free = next.entry(body.entry.evaluation_id.clone()).or_insert(0);
+                        *free = (*free).max(body.entry.sequence.saturating_add(1));
+                    }
+                }
+                Event::MessagesReplaced(body) => {
+                    // Folded again from the store when next needed.
+                    self.conversations.remove(&body.conversation_id);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// `convlog dump STORE`.
+pub fn dump(dir: &Path, from: Option<u64>, conversation: Option<&str>) -> Result<(), Failure> {
+    let reader = LogReader::open(dir)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for record in reader.iter_from(from.unwrap_or(1)) {
+        let record = record?;
+        let event = convlog::codec::decode_event(&record.payload).map_err(|reason| {
+            Failure(format!(
+                "store {}: the event at LSN {} does not decode: {reason}",
+                dir.display(),
+                record.lsn
+            ))
+        })?;
+        if conversation.is_some_and(|id| event.conversation_id() != Some(id)) {
+            continue;
+        }
+        let line = json::to_json_line(record.lsn, &event).map_err(|error| {
+            Failure(format!(
+                "the event at LSN {} has no JSON form: {error}",
+                record.lsn
+            ))
+        })?;
+        if let Err(error) = writeln!(out, "{line}") {
+            return stdout_closed(error);
+        }
+    }
+    out.flush().or_else(stdout_closed)
+}
+
+/// A reader that went away (`convlog dump | head`) ends the dump quietly.
+fn stdout_closed(error: std::io::Error) -> Result<(), Failure> {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        Ok(())
+    } else {
+        Err(Failure(format!("write to standard output: {error}")))
+    }
+}
+
+/// `convlog verify STORE [--log-only]`.
+pub fn verify(dir: &Path, log_only: bool) -> Result<(), Failure> {
+    if log_only {
+        let log = convlog::log::verify(dir)?;
+        log_rows(dir, &log);
+        let checked = if log.torn_tail.is_some() {
+            "ok: every frame before the torn tail checked (payloads not decoded: --log-only)"
+        } else {
+            "ok: every frame checked (payloads not decoded: --log-only)"
+        };
+        row("result", checked);
+        return Ok(());
+    }
+    let show_progress = std::io::stderr().is_terminal();
+    let mut checked = 0u64;
+    let mut progress = |bytes: u64| {
+        checked += bytes;
+        if show_progress {
+            eprint!("\rverifying: {} MiB checked", checked / (1024 * 1024));
+        }
+    };
+    let verified = convlog::store::verify(dir, &mut progress);
+    if show_progress {
+        eprint!("\r\x1b[K");
+    }
+    let report = verified.map_err(|error| match error {
+        Error::UndecodableEvent { .. } => Failure(format!(
+            "{error} (a log written with the raw log API, as `convlog demo` does, holds no convlog events: check its frames with `convlog verify --log-only`)"
+        )),
+        other => Failure::from(other),
+    })?;
+    let log = &report.log;
+    log_rows(dir, log);
+    row("conversations", report.conversations);
+    if report.snapshots.is_empty() {
+        row("snapshots", "none");
+    }
+    let mut damaged = Vec::new();
+    for (path, checked) in &report.snapshots {
+        match checked {
+            Ok((lsn, conversations)) => row(
+                "snapshot",
+                format!(
+                    "{}: LSN {lsn}, {conversations} conversation(s), ok",
+                    path.display()
+                ),
+            ),
+            Err(reason) => {
+                row("snapshot", format!("{}: DAMAGED: {reason}", path.display()));
+                damaged.push(format!("snapshot {} is damaged: {reason}", path.display()));
+            }
+        }
+    }
+    if damaged.is_empty() {
+        let checked = if log.torn_tail.is_some() {
+            "ok: every record before the torn tail and every snapshot checked"
+        } else {
+            "ok: every record and every snapshot checked"
+        };
+        row("result", checked);
+        return Ok(());
+    }
+    row(
+        "result",
+        format!("{} damaged snapshot(s); the log is intact", damaged.len()),
+    );
+    Err(Failure(format!(
+        "{} (the log is intact: opening the store skips it; take a new snapshot, then delete it)",
+        damaged.join("; ")
+    )))
+}
+
+/// The summary rows of a log check.
+fn log_rows(dir: &Path, log: &convlog::log::VerifyReport) {
+    row("store", dir.display());
+    row("segments", log.segments);
+    row("frames", format!("{} (atomic batches)", log.frames));
+    row("events", log.events);
+    row("bytes", log.bytes);
+    row("LSN range", lsn_range(log.first_lsn, log.next_lsn));
+    match &log.torn_tail {
+        Some((segment, offset)) => row(
+            "tail",
+            format!(
+                "torn at {}:{offset} (unsynced bytes a crash left; the next writer cuts them)",
+                segment.display()
+            ),
+        ),
+        None => row("tail", "clean"),
+    }
+}
+
+/// `convlog snapshot STORE`.
+pub fn snapshot(dir: &Path) -> Result<(), Failure> {
+    existing_store(dir)?;
+    let store = Store::open(dir, StoreOptions::default())?;
+    let info = store.snapshot()?;
+    row("snapshot", info.path.display());
+    row(
+        "lsn",
+        format!("{} (every event below it is in the snapshot)", info.lsn),
+    );
+    row("conversations", info.conversations);
+    Ok(())
+}
+
+/// `convlog compact STORE [--delete-covered]`.
+pub fn compact(dir: &Path, delete_covered: bool) -> Result<(), Failure> {
+    existing_store(dir)?;
+    let retention = if delete_covered {
+        Retention::DeleteCoveredBySnapshot
+    } else {
+        Retention::KeepAll
+    };
+    let store = Store::open(
+        dir,
+        StoreOptions {
+            retention,
+            ..StoreOptions::default()
+        },
+    )?;
+    let report = store.compact()?;
+    for path in &report.removed {
+        row("removed", path.display());
+    }
+    if report.removed.is_empty() {
+        let mut note = report
+            .note
+            .unwrap_or_else(|| "no segment could be removed".to_string());
+        if !delete_covered {
+            note.push_str(
+                "; pass --delete-covered to delete the segments the newest snapshot covers",
+            );
+        }
+        row("removed", format!("nothing: {note}"));
+    } else {
+        row("removed", format!("{} segment(s)", report.removed.len()));
+    }
+    Ok(())
+}
+
+/// `convlog stats STORE`.
+pub fn stats(dir: &Path) -> Result<(), Failure> {
+    existing_store(dir)?;
+    let store = Store::open(dir, StoreOptions::default())?;
+    let stats = store.stats();
+    let listing = convlog::log::segment::list(&convlog::storage::FileSystem, dir)?;
+    let mut bytes = 0u64;
+    for segment in &listing.segments {
+        bytes += std::fs::metadata(&segment.path)
+            .map_err(|error| Failure(format!("stat {}: {error}", segment.path.display())))?
+            .len();
+    }
+    let events = stats.next_lsn.saturating_sub(stats.first_lsn);
+    row("store", dir.display());
+    row(
+        "segments",
+        format!("{} ({bytes} bytes)", listing.segments.len()),
+    );
+    row("LSN range", lsn_range(stats.first_lsn, stats.next_lsn));
+    row("events", events);
+    row("conversations", stats.conversations);
+    row(
+        "snapshot LSN",
+        stats
+            .snapshot_lsn
+            .map_or_else(|| "none".to_string(), |lsn| lsn.to_string()),
+    );
+    row(
+        "index",
+        format!(
+            "{} entries, {} bytes (in memory)",
+            stats.index_entries, stats.index_bytes
+        ),
+    );
+    if events > 0 {
+        row(
+            "bytes per event",
+            format!("{:.1} (log bytes / events)", bytes as f64 / events as f64),
+        );
+    } else {
+        row("bytes per event", "- (no events)");
+    }
+    Ok(())
+}

@@ -1,11 +1,11 @@
 //! `convlog demo`: a writer process is killed in the middle of its work; the
 //! store is reopened and every acknowledged append is found again.
 //!
-//! The worker plays an agent host recording tool calls: four threads each
-//! record "tool call started" / "tool result" pairs as atomic batches with
-//! group commit, printing every acknowledgement. The demo kills it with
-//! SIGKILL, reopens the store, and checks the log against those
-//! acknowledgements.
+//! The worker plays an agent host recording tool calls: four threads, one
+//! conversation each, record every call as one atomic batch (the assistant
+//! entry requesting it, its running status, its result) with group commit,
+//! printing every acknowledgement. The demo kills it with SIGKILL, reopens
+//! the store, and checks the log against those acknowledgements.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -14,8 +14,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use convlog::log::{Log, LogOptions};
-use convlog::{Error, Result};
+use convlog::log::LogOptions;
+use convlog::model::{ConversationEntry, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged};
+use convlog::store::{Store, StoreOptions};
+use convlog::{Error, Event, Result};
 
 const WORKER_THREADS: usize = 4;
 const RUN_BEFORE_KILL: Duration = Duration::from_millis(400);
@@ -61,7 +63,7 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
         .spawn()
         .map_err(io_error("start demo worker for", &dir))?;
     println!(
-        "2. Started a worker process (pid {}) with {WORKER_THREADS} threads recording tool calls;\n   each call is one atomic batch (call started + result), group-committed.",
+        "2. Started a worker process (pid {}) with {WORKER_THREADS} threads recording tool calls;\n   each call is one atomic batch (assistant request, running status, result), group-committed.",
         child.id()
     );
     let stdout = child.stdout.take().expect("stdout is piped");
@@ -86,7 +88,8 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
         acknowledged.keys().next_back().copied().unwrap_or(0)
     );
 
-    let log = Log::open(&dir, LogOptions::default())?;
+    let store = Store::open(&dir, StoreOptions::default())?;
+    let log = store.log();
     let report = log.recovery_report().clone();
     match &report.torn_tail {
         Some(torn) => println!(
@@ -105,7 +108,13 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
     let mut records = BTreeMap::new();
     for record in log.iter_from(1) {
         let record = record?;
-        records.insert(record.lsn, record.payload);
+        let event = convlog::codec::decode_event(&record.payload).map_err(|reason| {
+            Error::UndecodableEvent {
+                lsn: record.lsn,
+                reason,
+            }
+        })?;
+        records.insert(record.lsn, event);
         recovered += 1;
     }
     for (lsn, payload) in &acknowledged {
@@ -114,7 +123,7 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
         }
     }
     println!(
-        "5. The log holds {recovered} events (LSN 1..={}): every one of the {} acknowledged\n   events is there, byte for byte; {} more were written but not yet acknowledged.",
+        "5. The log holds {recovered} events (LSN 1..={}): every one of the {} acknowledged\n   events is there, identical; {} more were written but not yet acknowledged.",
         log.next_lsn() - 1,
         acknowledged.len(),
         recovered.saturating_sub(acknowledged.len() as u64)
@@ -124,21 +133,40 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
             "acknowledged events missing after recovery: LSNs {missing:?}"
         )));
     }
-    let resumed = log.append(b"{\"note\":\"host restarted; resuming unfinished tool calls\"}")?;
-    println!("6. A new writer continues the same log: appended LSN {resumed}.");
-    drop(log);
-
-    let verified = convlog::log::verify(&dir)?;
+    let conversation = store.conversation(&conversation_id(0))?;
     println!(
-        "7. verify: {} segment(s), {} events in {} atomic batches, {} bytes, every checksum good.",
-        verified.segments, verified.events, verified.frames, verified.bytes
+        "6. Conversation {:?} folds back to {} entries; its last tool call is {}.",
+        conversation.conversation_id(),
+        conversation.len(),
+        conversation
+            .recorded()
+            .iter()
+            .rev()
+            .find_map(|recorded| recorded.entry.tool_calls.first())
+            .map_or("none", |call| call.status.as_str())
+    );
+    let mut note = ConversationEntry::new(
+        "demo-resume",
+        0,
+        Role::System,
+        Some("host restarted; resuming".into()),
+    );
+    note.created_at = Timestamp::now();
+    let resumed = store.append_one(note.recorded_in(&conversation_id(0)))?;
+    println!("7. A new writer continues the same store: appended LSN {resumed}.");
+    drop(store);
+
+    let verified = convlog::store::verify(&dir, &mut |_| {})?;
+    println!(
+        "8. verify: {} segment(s), {} events in {} atomic batches, {} conversations, {} bytes; every checksum good, every event decodes.",
+        verified.log.segments, verified.log.events, verified.log.frames, verified.conversations, verified.log.bytes
     );
     println!("\nThe store stays at {} for you to inspect:", dir.display());
     println!("  cargo run --release -- verify {}", dir.display());
     Ok(())
 }
 
-fn parse_acknowledgements(lines: &[String]) -> BTreeMap<u64, Vec<u8>> {
+fn parse_acknowledgements(lines: &[String]) -> BTreeMap<u64, Event> {
     let mut acknowledged = BTreeMap::new();
     for line in lines {
         // "ACK <first lsn> <thread> <call>"; a line cut by the kill is skipped.
@@ -153,32 +181,73 @@ fn parse_acknowledgements(lines: &[String]) -> BTreeMap<u64, Vec<u8>> {
         ) else {
             continue;
         };
-        for (offset, payload) in tool_call_batch(thread, call).into_iter().enumerate() {
-            acknowledged.insert(first + offset as u64, payload);
+        for (offset, event) in tool_call_batch(thread, call).into_iter().enumerate() {
+            acknowledged.insert(first + offset as u64, event);
         }
     }
     acknowledged
 }
 
-/// The two events a worker thread records for one tool call.
-fn tool_call_batch(thread: usize, call: usize) -> [Vec<u8>; 2] {
+fn conversation_id(thread: usize) -> String {
+    format!("demo-agent-{thread}")
+}
+
+/// The three events a worker thread records for one tool call, built
+/// deterministically so the parent can rebuild what was acknowledged.
+fn tool_call_batch(thread: usize, call: usize) -> [Event; 3] {
+    let conversation = conversation_id(thread);
     let call_id = format!("call_{thread}_{call}");
-    let started =
-        format!("{{\"type\":\"tool_status\",\"call_id\":\"{call_id}\",\"status\":\"running\"}}");
-    let result = format!(
-        "{{\"type\":\"tool_result\",\"call_id\":\"{call_id}\",\"content\":\"{}\"}}",
-        "weather in Paris: 18C, light rain. ".repeat(1 + call % 8)
+    let at = Timestamp(1_795_000_000_000_000 + call as i64 * 1000);
+    let identity =
+        |kind: u128| uuid::Uuid::from_u128((kind << 96) | ((thread as u128) << 64) | call as u128);
+    let mut assistant = ConversationEntry::new("demo-eval", 2 * call as u64, Role::Assistant, None);
+    assistant.message_id = identity(1);
+    assistant.created_at = at;
+    assistant.turn = call as u32 + 1;
+    assistant.tool_calls.push(ToolCall {
+        call_id: call_id.clone(),
+        name: "weather".into(),
+        arguments: "{\"city\":\"Paris\"}".into(),
+        status: ToolStatus::Pending,
+        started_at: None,
+        ended_at: None,
+        error: None,
+    });
+    let running = Event::ToolStatus(ToolStatusChanged::new(
+        &conversation,
+        "demo-eval",
+        &call_id,
+        ToolStatus::Running,
+        at,
+    ));
+    let mut result = ConversationEntry::new(
+        "demo-eval",
+        2 * call as u64 + 1,
+        Role::Tool,
+        Some("weather in Paris: 18C, light rain. ".repeat(1 + call % 8)),
     );
-    [started.into_bytes(), result.into_bytes()]
+    result.message_id = identity(2);
+    result.created_at = at;
+    result.turn = call as u32 + 1;
+    result.tool_call_id = Some(call_id);
+    result.tool_name = Some("weather".into());
+    [
+        assistant.recorded_in(&conversation),
+        running,
+        result.recorded_in(&conversation),
+    ]
 }
 
 /// The worker: records tool calls until killed, printing acknowledgements.
 pub fn worker(store: &Path) -> Result<()> {
-    let log = Arc::new(Log::open(
+    let log = Arc::new(Store::open(
         store,
-        LogOptions {
-            segment_bytes_max: 1024 * 1024,
-            ..LogOptions::default()
+        StoreOptions {
+            log: LogOptions {
+                segment_bytes_max: 1024 * 1024,
+                ..LogOptions::default()
+            },
+            ..StoreOptions::default()
         },
     )?);
     let threads: Vec<_> = (0..WORKER_THREADS)
@@ -186,7 +255,7 @@ pub fn worker(store: &Path) -> Result<()> {
             let log = Arc::clone(&log);
             std::thread::spawn(move || -> Result<()> {
                 for call in 0.. {
-                    let lsns = log.append_batch(&tool_call_batch(thread, call))?;
+                    let lsns = log.append(tool_call_batch(thread, call).to_vec())?;
                     let mut stdout = std::io::stdout().lock();
                     // A closed pipe means the parent is gone: stop quietly.
                     if writeln!(stdout, "ACK {} {thread} {call}", lsns.start)

@@ -31,7 +31,7 @@ pub mod recovery;
 pub mod segment;
 mod writer;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -174,17 +174,7 @@ impl Log {
         options.check()?;
         let dir = dir.as_ref().to_path_buf();
         let storage = Arc::clone(&options.storage);
-        if !storage.exists(&dir) {
-            storage
-                .create_dir_all(&dir)
-                .map_err(Error::io("create store directory", &dir))?;
-            // Make the new directory's own entry durable.
-            if let Some(parent) = dir.parent().filter(|parent| !parent.as_os_str().is_empty()) {
-                storage
-                    .sync_dir(parent)
-                    .map_err(Error::io("fsync parent of new store directory", parent))?;
-            }
-        }
+        create_store_directory(storage.as_ref(), &dir)?;
         let lock = storage
             .try_lock(&dir.join(LOCK_FILE_NAME))
             .map_err(|error| {
@@ -355,6 +345,45 @@ impl Log {
     pub fn first_lsn(&self) -> Lsn {
         self.view.first_lsn()
     }
+}
+
+/// Creates the store directory (and missing parents) and makes each new
+/// level's entry durable. The store directory's parent is fsynced on every
+/// open, so an fsync that failed on an earlier open is retried.
+fn create_store_directory(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    let parent_of = |path: &Path| -> PathBuf {
+        match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    };
+    let mut missing = Vec::new();
+    let mut level = dir.to_path_buf();
+    while !storage.exists(&level) {
+        missing.push(level.clone());
+        let parent = parent_of(&level);
+        if parent == level || parent.as_os_str() == "." {
+            break;
+        }
+        level = parent;
+    }
+    if !missing.is_empty() {
+        storage
+            .create_dir_all(dir)
+            .map_err(Error::io("create store directory", dir))?;
+    }
+    // Parents of every created level, outermost first, then the store's own.
+    let mut parents: Vec<PathBuf> = missing.iter().rev().map(|level| parent_of(level)).collect();
+    let own_parent = parent_of(dir);
+    if !parents.contains(&own_parent) {
+        parents.push(own_parent);
+    }
+    for parent in parents {
+        storage
+            .sync_dir(&parent)
+            .map_err(Error::io("fsync parent of store directory", &parent))?;
+    }
+    Ok(())
 }
 
 fn start_periodic_sync(writer: Weak<writer::Writer>, interval: Duration) -> Periodic {

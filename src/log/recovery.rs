@@ -22,6 +22,9 @@ use crate::storage::{SealedFile, Storage, StorageFile};
 
 /// Name of the directory inside a store where salvage moves damaged bytes.
 pub const QUARANTINE_DIR: &str = "quarantine";
+/// Marker a poisoned writer leaves before truncating what it refused; the
+/// next open starts a fresh segment and removes it.
+pub const POISONED_MARKER: &str = "POISONED";
 
 /// How a scan of one segment ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -336,12 +339,36 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
         )?);
     };
 
-    let active = segments.pop().expect("segments is not empty");
-    let active_file: Arc<dyn StorageFile> = Arc::from(
-        storage
-            .open_write(&active.path)
-            .map_err(Error::io("open segment for writing", &active.path))?,
-    );
+    let (mut active_bytes, mut active_chain_crc) = (active_bytes, active_chain_crc);
+    let poisoned_marker = dir.join(POISONED_MARKER);
+    let previous_writer_poisoned = storage.exists(&poisoned_marker);
+    let (active, active_file): (SegmentFile, Arc<dyn StorageFile>) =
+        if report.torn_tail.is_some() || previous_writer_poisoned {
+            // New frames never go where cut or refused bytes were: a file system that
+            // exposes freed or unwritten blocks after a crash could otherwise
+            // show the cut frames again, chained and numbered as if new. Start
+            // a fresh segment (new salt) at the next LSN; when the cut left the
+            // segment empty, this replaces it under the same name.
+            let last = segments.pop().expect("segments is not empty");
+            let (created, handle, header_crc) = segment::create(storage, dir, next_lsn)?;
+            if created.first_lsn != last.first_lsn {
+                segments.push(last);
+            }
+            active_bytes = SEGMENT_HEADER_BYTES as u64;
+            active_chain_crc = header_crc;
+            if previous_writer_poisoned {
+                storage
+                    .remove_file(&poisoned_marker)
+                    .map_err(Error::io("remove poisoned marker", &poisoned_marker))?;
+            }
+            (created, Arc::from(handle))
+        } else {
+            let active = segments.pop().expect("segments is not empty");
+            let handle = storage
+                .open_write(&active.path)
+                .map_err(Error::io("open segment for writing", &active.path))?;
+            (active, Arc::from(handle))
+        };
     // The previous writer may have died before fsyncing what it wrote (under
     // None or Periodic) or before fsyncing the directory entry of its newest
     // segment. Make both durable now: the writer starts by counting every

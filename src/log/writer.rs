@@ -322,6 +322,17 @@ impl Writer {
             state.pending.clear();
             self.view
                 .publish_active(state.durable_bytes, state.durable_lsn);
+            // Leave a durable note first: the next open then writes into a
+            // fresh segment, never over the offsets of refused frames.
+            let marker = self.dir.join(crate::log::recovery::POISONED_MARKER);
+            let noted = self
+                .storage
+                .create(&marker)
+                .and_then(|file| file.sync_all())
+                .and_then(|()| self.storage.sync_dir(&self.dir));
+            if let Err(error) = noted {
+                tracing::error!(marker = %marker.display(), error = %error, "could not leave the poisoned marker");
+            }
             let file = &state.active_file;
             let truncated = file
                 .set_len(state.durable_bytes)

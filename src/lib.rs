@@ -24,6 +24,7 @@ pub mod json;
 pub mod log;
 pub mod model;
 pub mod parts;
+pub mod provider;
 pub mod reducer;
 pub mod resume;
 pub mod storage;

@@ -1,0 +1,203 @@
+//! The provider-independent half of rendering: which entries are sent, which
+//! calls are kept, and where each result goes.
+//!
+//! Rules, applied in this order:
+//!
+//! 1. A call id held by two assistant entries is an error: results could not
+//!    be paired.
+//! 2. A tool entry answers the call with its `tool_call_id` held by an
+//!    assistant entry before it. A tool entry with no such call, or answering
+//!    a call that already has a result, is skipped and reported (sending it
+//!    would orphan it).
+//! 3. In each assistant entry, a call is kept when it has a result entry;
+//!    when it failed without one (its error text is the result); or when it
+//!    completed without one (the result says it was not recorded: the call
+//!    ran, so the model must not be led to run it again). A pending or
+//!    running call without a result is unfinished (the same set
+//!    `crate::resume` reports): dropped under `PendingCalls::Drop`, kept and
+//!    answered with an error under `PendingCalls::SyntheticError`.
+//! 4. System and user entries without text, and assistant entries with
+//!    neither text nor kept calls, are not sent (seed 003's content
+//!    requirement; the latter also covers an assistant entry whose only
+//!    calls were dropped).
+//! 5. The results of an assistant entry's kept calls follow it directly, in
+//!    call order; entries recorded between the call and its result come
+//!    after the results.
+//! 6. With no system entry, `default_system_prompt` (with the display name
+//!    put in) is sent first.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+
+use crate::model::{ConversationEntry, Role, ToolCall, ToolStatus};
+
+use super::{
+    has_text, PendingCalls, ProviderError, RenderOptions, SkipReason, SkippedResult,
+    FAILED_WITHOUT_ERROR_TEXT, INTERRUPTED_TEXT, RESULT_NOT_RECORDED_TEXT,
+};
+
+/// The answer sent for one kept call.
+#[derive(Debug)]
+pub(crate) struct Answer<'a> {
+    pub call: &'a ToolCall,
+    pub content: Cow<'a, str>,
+    pub is_error: bool,
+    /// The result entry; `None` for a failure taken from the call's status or
+    /// a synthetic error.
+    pub entry: Option<&'a ConversationEntry>,
+}
+
+/// One thing to send, in order.
+#[derive(Debug)]
+pub(crate) enum Step<'a> {
+    System {
+        text: Cow<'a, str>,
+        entry: Option<&'a ConversationEntry>,
+    },
+    User(&'a ConversationEntry),
+    Assistant {
+        entry: &'a ConversationEntry,
+        kept: HashSet<&'a str>,
+    },
+    Result(Answer<'a>),
+}
+
+#[derive(Debug)]
+pub(crate) struct Plan<'a> {
+    pub steps: Vec<Step<'a>>,
+    pub unfinished_calls: Vec<String>,
+    pub skipped_results: Vec<SkippedResult>,
+}
+
+pub(crate) fn plan<'a>(
+    entries: &[&'a ConversationEntry],
+    options: &RenderOptions,
+) -> Result<Plan<'a>, ProviderError> {
+    // Rule 1: which entry holds each call.
+    let mut holder: HashMap<&str, usize> = HashMap::new();
+    for (index, entry) in entries.iter().enumerate() {
+        if entry.role != Role::Assistant {
+            continue;
+        }
+        for call in &entry.tool_calls {
+            if let Some(first) = holder.insert(call.call_id.as_str(), index) {
+                return Err(ProviderError::DuplicateCallId {
+                    call_id: call.call_id.clone(),
+                    first: entries[first].sequence,
+                    second: entry.sequence,
+                });
+            }
+        }
+    }
+
+    // Rule 2: which entry answers each call.
+    let mut answer_of: HashMap<&str, &ConversationEntry> = HashMap::new();
+    let mut skipped_results = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        if entry.role != Role::Tool {
+            continue;
+        }
+        let call_id = entry.tool_call_id.as_deref();
+        let reason = match call_id.and_then(|id| holder.get(id).map(|at| (id, *at))) {
+            Some((id, at)) if at < index => {
+                if answer_of.contains_key(id) {
+                    Some(SkipReason::DuplicateResult)
+                } else {
+                    answer_of.insert(id, entry);
+                    None
+                }
+            }
+            _ => Some(SkipReason::NoMatchingCall),
+        };
+        if let Some(reason) = reason {
+            skipped_results.push(SkippedResult {
+                message_id: entry.message_id,
+                call_id: call_id.map(str::to_string),
+                reason,
+            });
+        }
+    }
+
+    // Rules 3 to 5.
+    let mut steps = Vec::new();
+    let mut unfinished_calls = Vec::new();
+    for entry in entries {
+        match entry.role {
+            Role::System if has_text(entry.content.as_deref()) => steps.push(Step::System {
+                text: Cow::Borrowed(entry.content.as_deref().unwrap_or_default()),
+                entry: Some(entry),
+            }),
+            Role::User if has_text(entry.content.as_deref()) => steps.push(Step::User(entry)),
+            Role::Assistant => {
+                let mut kept = HashSet::new();
+                let mut answers = Vec::new();
+                for call in &entry.tool_calls {
+                    let answer = match answer_of.get(call.call_id.as_str()) {
+                        Some(result) => Some(Answer {
+                            call,
+                            content: Cow::Borrowed(result.content.as_deref().unwrap_or_default()),
+                            is_error: result.is_error,
+                            entry: Some(result),
+                        }),
+                        None if call.status == ToolStatus::Failed => Some(Answer {
+                            call,
+                            content: Cow::Borrowed(
+                                call.error.as_deref().unwrap_or(FAILED_WITHOUT_ERROR_TEXT),
+                            ),
+                            is_error: true,
+                            entry: None,
+                        }),
+                        None if call.status == ToolStatus::Completed => Some(Answer {
+                            call,
+                            content: Cow::Borrowed(RESULT_NOT_RECORDED_TEXT),
+                            is_error: false,
+                            entry: None,
+                        }),
+                        None => {
+                            unfinished_calls.push(call.call_id.clone());
+                            match options.pending {
+                                PendingCalls::Drop => None,
+                                PendingCalls::SyntheticError => Some(Answer {
+                                    call,
+                                    content: Cow::Borrowed(INTERRUPTED_TEXT),
+                                    is_error: true,
+                                    entry: None,
+                                }),
+                            }
+                        }
+                    };
+                    if let Some(answer) = answer {
+                        kept.insert(call.call_id.as_str());
+                        answers.push(answer);
+                    }
+                }
+                if kept.is_empty() && !has_text(entry.content.as_deref()) {
+                    continue;
+                }
+                steps.push(Step::Assistant { entry, kept });
+                steps.extend(answers.into_iter().map(Step::Result));
+            }
+            Role::System | Role::User | Role::Tool => {}
+        }
+    }
+
+    // Rule 6.
+    let has_system = steps.iter().any(|step| matches!(step, Step::System { .. }));
+    if let Some(prompt) = &options.default_system_prompt {
+        if !has_system && has_text(Some(prompt)) {
+            let text = match &options.display_name {
+                Some(display) if !display.placeholder.is_empty() => {
+                    Cow::Owned(prompt.replace(&display.placeholder, &display.name))
+                }
+                _ => Cow::Owned(prompt.clone()),
+            };
+            steps.insert(0, Step::System { text, entry: None });
+        }
+    }
+
+    Ok(Plan {
+        steps,
+        unfinished_calls,
+        skipped_results,
+    })
+}

@@ -18,8 +18,10 @@
 #![warn(missing_docs)]
 
 pub mod codec;
+pub mod control;
 pub mod conversation;
 pub mod error;
+pub mod history;
 pub mod json;
 pub mod log;
 pub mod model;

@@ -1,0 +1,93 @@
+//! The seed's three pairing rules for a list of messages added to (or
+//! replacing) a conversation.
+
+use std::collections::HashMap;
+
+use super::error::ControlError;
+use crate::history::coherence::{self, Incoherence};
+use crate::model::{ConversationEntry, Role};
+
+/// Checks `added`, to be appended after `existing`, against the rules:
+///
+/// 1. every tool response answers a call: one the list made before it, or
+///    one of `existing` that no result answers yet —
+///    [`ControlError::ResponsesWithoutCalls`] lists every response that
+///    answers neither and whose call does not come later in the list;
+/// 2. calls come before their responses —
+///    [`ControlError::ResponseBeforeCall`] names the first response whose
+///    call comes later in the list;
+/// 3. every call of the list is answered by a later response in it —
+///    [`ControlError::CallsWithoutResponses`] lists the rest.
+///
+/// The first rule broken decides the error. A response answers the most
+/// recent open call with its id. For `set_messages`, `existing` is empty.
+pub fn validate_added(
+    existing: &[ConversationEntry],
+    added: &[ConversationEntry],
+) -> Result<(), ControlError> {
+    // call id -> stack of open calls: None for a call of `existing`,
+    // Some(position in `added`) for one of the list.
+    let mut open: HashMap<String, Vec<Option<(usize, usize)>>> = HashMap::new();
+    for incoherence in coherence::incoherences(existing) {
+        if let Incoherence::UnansweredCall { call_id, .. } = incoherence {
+            open.entry(call_id).or_default().push(None);
+        }
+    }
+    let mut answered: Vec<Vec<bool>> = added
+        .iter()
+        .map(|entry| vec![false; entry.tool_calls.len()])
+        .collect();
+    let mut without_calls = Vec::new();
+    let mut before_call = None;
+    for (index, entry) in added.iter().enumerate() {
+        if entry.role == Role::Tool {
+            let call_id = entry.tool_call_id.as_deref().unwrap_or("");
+            match open.get_mut(call_id).and_then(Vec::pop) {
+                Some(Some((call_index, position))) => answered[call_index][position] = true,
+                Some(None) => {}
+                None if called_after(added, index, call_id) => {
+                    before_call.get_or_insert_with(|| call_id.to_string());
+                }
+                None => without_calls.push(call_id.to_string()),
+            }
+        } else {
+            for (position, call) in entry.tool_calls.iter().enumerate() {
+                open.entry(call.call_id.clone())
+                    .or_default()
+                    .push(Some((index, position)));
+            }
+        }
+    }
+    if !without_calls.is_empty() {
+        return Err(ControlError::ResponsesWithoutCalls {
+            call_ids: without_calls,
+        });
+    }
+    if let Some(call_id) = before_call {
+        return Err(ControlError::ResponseBeforeCall { call_id });
+    }
+    let unanswered: Vec<String> = added
+        .iter()
+        .zip(&answered)
+        .flat_map(|(entry, answered)| {
+            entry
+                .tool_calls
+                .iter()
+                .zip(answered)
+                .filter(|(_, answered)| !**answered)
+                .map(|(call, _)| call.call_id.clone())
+        })
+        .collect();
+    if !unanswered.is_empty() {
+        return Err(ControlError::CallsWithoutResponses {
+            call_ids: unanswered,
+        });
+    }
+    Ok(())
+}
+
+fn called_after(added: &[ConversationEntry], index: usize, call_id: &str) -> bool {
+    added[index + 1..]
+        .iter()
+        .any(|entry| entry.tool_calls.iter().any(|call| call.call_id == call_id))
+}

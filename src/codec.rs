@@ -22,8 +22,20 @@ const KIND_MESSAGES_REPLACED: u8 = 3;
 const KIND_HISTORY_CURATED: u8 = 4;
 const KIND_CUSTOM: u8 = 5;
 
+/// Most bytes one decoded value (an event body, a slice) may claim. Bounds
+/// what a damaged or hostile length prefix can make the decoder allocate.
+pub const DECODE_BYTES_MAX: usize = 1 << 30;
+
 fn config() -> bincode::config::Configuration {
     bincode::config::standard()
+}
+
+fn decode_config() -> bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Varint,
+    bincode::config::Limit<DECODE_BYTES_MAX>,
+> {
+    bincode::config::standard().with_limit::<DECODE_BYTES_MAX>()
 }
 
 /// Encodes any serde value (snapshot parts, host slices).
@@ -33,8 +45,8 @@ pub fn encode_value<T: Serialize>(value: &T) -> Result<Vec<u8>, String> {
 
 /// Decodes a serde value that must fill `bytes` exactly.
 pub fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
-    let (value, read) =
-        bincode::serde::decode_from_slice(bytes, config()).map_err(|error| error.to_string())?;
+    let (value, read) = bincode::serde::decode_from_slice(bytes, decode_config())
+        .map_err(|error| error.to_string())?;
     if read != bytes.len() {
         return Err(format!(
             "{} trailing bytes after the value",

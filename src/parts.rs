@@ -77,7 +77,10 @@ pub fn to_entries(
     let mut results = Vec::new();
     for part in &message.parts {
         match part {
-            Part::Text { id, text: part_text } => {
+            Part::Text {
+                id,
+                text: part_text,
+            } => {
                 text.push_str(part_text);
                 layout.push(Layout::Text {
                     id: id.clone(),
@@ -106,12 +109,20 @@ pub fn to_entries(
                     call_id: call_id.clone(),
                 });
                 if let Some(output) = output {
-                    results.push((call_id.clone(), tool.clone(), output.clone(), *status == ToolStatus::Failed));
+                    results.push((
+                        call_id.clone(),
+                        tool.clone(),
+                        output.clone(),
+                        *status == ToolStatus::Failed,
+                    ));
                 }
             }
         }
     }
-    if layout.iter().any(|item| matches!(item, Layout::Text { .. })) {
+    if layout
+        .iter()
+        .any(|item| matches!(item, Layout::Text { .. }))
+    {
         entry.content = Some(text);
     }
     entry.finish_reason = message.finished.then(|| "stop".to_string());
@@ -121,7 +132,12 @@ pub fn to_entries(
     );
     let mut entries = vec![entry];
     for (offset, (call_id, tool, output, failed)) in results.into_iter().enumerate() {
-        let mut result = ConversationEntry::new(evaluation_id, sequence + 1 + offset as u64, Role::Tool, Some(output));
+        let mut result = ConversationEntry::new(
+            evaluation_id,
+            sequence + 1 + offset as u64,
+            Role::Tool,
+            Some(output),
+        );
         result.turn = turn;
         result.created_at = created_at;
         result.tool_call_id = Some(call_id);
@@ -134,7 +150,10 @@ pub fn to_entries(
 
 /// Rebuilds a parts message from its entry and the tool entries answering
 /// its calls. `None` when the entry carries no part layout.
-pub fn from_entries(entry: &ConversationEntry, results: &[ConversationEntry]) -> Option<PartsMessage> {
+pub fn from_entries(
+    entry: &ConversationEntry,
+    results: &[ConversationEntry],
+) -> Option<PartsMessage> {
     let layout: Vec<Layout> = serde_json::from_str(entry.metadata.get(PARTS_METADATA_KEY)?).ok()?;
     let text = entry.content.as_deref().unwrap_or_default();
     let mut offset = 0;
@@ -144,10 +163,16 @@ pub fn from_entries(entry: &ConversationEntry, results: &[ConversationEntry]) ->
             Layout::Text { id, bytes } => {
                 let part_text = text.get(offset..offset + bytes)?.to_string();
                 offset += bytes;
-                parts.push(Part::Text { id, text: part_text });
+                parts.push(Part::Text {
+                    id,
+                    text: part_text,
+                });
             }
             Layout::Tool { id, call_id } => {
-                let call = entry.tool_calls.iter().find(|call| call.call_id == call_id)?;
+                let call = entry
+                    .tool_calls
+                    .iter()
+                    .find(|call| call.call_id == call_id)?;
                 let output = results
                     .iter()
                     .find(|result| result.tool_call_id.as_deref() == Some(call_id.as_str()))
@@ -216,7 +241,10 @@ mod tests {
         };
         let entries = to_entries(&message, "e1", 4, 2, Timestamp(9));
         assert_eq!(entries.len(), 3, "one message entry and one per output");
-        assert_eq!(entries[0].content.as_deref(), Some("I'll create the file.\nDone."));
+        assert_eq!(
+            entries[0].content.as_deref(),
+            Some("I'll create the file.\nDone.")
+        );
         assert_eq!(entries[0].tool_calls.len(), 3);
         assert!(entries[2].is_error);
         assert_eq!((entries[1].sequence, entries[2].sequence), (5, 6));

@@ -1,26 +1,25 @@
-//! `convlog demo`: a writer process is killed in the middle of its work; the
-//! store is reopened and every acknowledged append is found again.
+//! `convlog demo`: an agent host records a conversation, is killed with
+//! SIGKILL in the middle of a batch of parallel tool calls, and a new host
+//! carries on from the store: it re-runs only the unfinished call, finishes
+//! the evaluation, and rebuilds the provider request messages.
 //!
-//! The worker plays an agent host recording tool calls: four threads, one
-//! conversation each, record every call as one atomic batch (the assistant
-//! entry requesting it, its running status, its result) with group commit,
-//! printing every acknowledgement. The demo kills it with SIGKILL, reopens
-//! the store, and checks the log against those acknowledgements.
+//! The model and the tools are scripted: no network.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use convlog::log::LogOptions;
 use convlog::model::{ConversationEntry, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged};
+use convlog::provider::{self, Provider, RenderOptions};
+use convlog::resume::{PromptIdentity, ResumeOptions};
 use convlog::store::{Store, StoreOptions};
 use convlog::{Error, Event, Result};
 
-const WORKER_THREADS: usize = 4;
-const RUN_BEFORE_KILL: Duration = Duration::from_millis(400);
+const CONVERSATION: &str = "trip-planner";
+const CITIES: [&str; 3] = ["paris", "rome", "oslo"];
+/// The worker's tool for this city hangs, so the kill lands mid-batch.
+const SLOW_CITY: &str = "oslo";
 
 fn default_demo_dir() -> PathBuf {
     let stamp = SystemTime::now()
@@ -41,7 +40,198 @@ fn io_error(operation: &'static str, path: &Path) -> impl FnOnce(std::io::Error)
     }
 }
 
-/// The parent: starts the worker, kills it, recovers, checks, reports.
+fn prompt() -> PromptIdentity {
+    PromptIdentity {
+        namespace: Some("travel".into()),
+        key: Some("planner".into()),
+    }
+}
+
+fn system(evaluation: &str) -> ConversationEntry {
+    let mut entry = ConversationEntry::new(
+        evaluation,
+        0,
+        Role::System,
+        Some("You are a travel planner. Use the weather tool.".into()),
+    );
+    entry.prompt_ns = prompt().namespace;
+    entry.prompt_key = prompt().key;
+    entry
+}
+
+fn user(evaluation: &str, sequence: u64, text: &str) -> ConversationEntry {
+    ConversationEntry::new(evaluation, sequence, Role::User, Some(text.into()))
+}
+
+fn weather_call(city: &str) -> ToolCall {
+    ToolCall {
+        call_id: format!("call_{city}"),
+        name: "weather".into(),
+        arguments: format!("{{\"city\":\"{city}\"}}"),
+        status: ToolStatus::Pending,
+        started_at: None,
+        ended_at: None,
+        error: None,
+    }
+}
+
+/// The scripted model: asks for the weather of every city it was asked
+/// about, then answers from the results.
+fn scripted_model(
+    history: &[ConversationEntry],
+    evaluation: &str,
+    sequence: u64,
+    cities: &[&str],
+) -> ConversationEntry {
+    let results: Vec<&ConversationEntry> = history
+        .iter()
+        .filter(|entry| entry.role == Role::Tool && entry.evaluation_id == evaluation)
+        .collect();
+    let turn = history
+        .iter()
+        .filter(|entry| entry.role == Role::Assistant && entry.evaluation_id == evaluation)
+        .count() as u32
+        + 1;
+    if results.is_empty() {
+        let mut entry = ConversationEntry::new(
+            evaluation,
+            sequence,
+            Role::Assistant,
+            Some("Let me check the weather.".into()),
+        );
+        entry.turn = turn;
+        entry.finish_reason = Some("tool_calls".into());
+        entry.tool_calls = cities.iter().map(|city| weather_call(city)).collect();
+        return entry;
+    }
+    let summary: Vec<String> = results
+        .iter()
+        .filter_map(|entry| entry.content.clone())
+        .collect();
+    let mut entry = ConversationEntry::new(
+        evaluation,
+        sequence,
+        Role::Assistant,
+        Some(format!(
+            "Here is the weekend weather: {}. Pack accordingly.",
+            summary.join("; ")
+        )),
+    );
+    entry.turn = turn;
+    entry.finish_reason = Some("stop".into());
+    entry
+}
+
+fn weather(city: &str) -> String {
+    match city {
+        "paris" => "paris: 18C, light rain".into(),
+        "rome" => "rome: 24C, sunny".into(),
+        "oslo" => "oslo: 9C, windy".into(),
+        other => format!("{other}: unknown"),
+    }
+}
+
+fn status(evaluation: &str, call_id: &str, status: ToolStatus, resumed: bool) -> Event {
+    let mut change =
+        ToolStatusChanged::new(CONVERSATION, evaluation, call_id, status, Timestamp::now());
+    change.resumed = resumed;
+    Event::ToolStatus(change)
+}
+
+fn tool_result(
+    evaluation: &str,
+    call: &ToolCall,
+    sequence: u64,
+    turn: u32,
+    content: String,
+) -> Event {
+    let mut entry = ConversationEntry::new(evaluation, sequence, Role::Tool, Some(content));
+    entry.turn = turn;
+    entry.tool_call_id = Some(call.call_id.clone());
+    entry.tool_name = Some(call.name.clone());
+    entry.recorded_in(CONVERSATION)
+}
+
+/// Runs one evaluation's tool batch, recording each status and result.
+fn run_tools(
+    store: &Store,
+    evaluation: &str,
+    assistant: &ConversationEntry,
+    mut sequence: u64,
+    worker: bool,
+) -> Result<u64> {
+    for call in &assistant.tool_calls {
+        store.append_one(status(
+            evaluation,
+            &call.call_id,
+            ToolStatus::Running,
+            false,
+        ))?;
+        if worker {
+            println!("running {}", call.call_id);
+            std::io::stdout().flush().ok();
+        }
+        let city = &call.call_id["call_".len()..];
+        if worker && city == SLOW_CITY {
+            // The host dies here: the demo kills this process.
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        store.append_one(tool_result(
+            evaluation,
+            call,
+            sequence,
+            assistant.turn,
+            weather(city),
+        ))?;
+        sequence += 1;
+    }
+    Ok(sequence)
+}
+
+/// The first host: one whole evaluation, then a second one that it does not
+/// live to finish.
+pub fn worker(dir: &Path) -> Result<()> {
+    let store = Store::open(dir, StoreOptions::default())?;
+    // Evaluation 1: one tool call, answered.
+    let history = vec![
+        system("eval-1"),
+        user("eval-1", 1, "Is it warm in Rome this weekend?"),
+    ];
+    for entry in &history {
+        store.append_one(entry.clone().recorded_in(CONVERSATION))?;
+    }
+    let ask = scripted_model(&history, "eval-1", 2, &["rome"]);
+    store.append_one(ask.clone().recorded_in(CONVERSATION))?;
+    let next = run_tools(&store, "eval-1", &ask, 3, false)?;
+    let history = store
+        .resume(CONVERSATION, &ResumeOptions::default())?
+        .entries;
+    store.append_one(
+        scripted_model(&history, "eval-1", next, &["rome"]).recorded_in(CONVERSATION),
+    )?;
+    println!("evaluation eval-1 finished");
+    std::io::stdout().flush().ok();
+
+    // Evaluation 2: three parallel calls.
+    let history = vec![
+        system("eval-2"),
+        user(
+            "eval-2",
+            1,
+            "Plan a weekend: weather in Paris, Rome and Oslo?",
+        ),
+    ];
+    for entry in &history {
+        store.append_one(entry.clone().recorded_in(CONVERSATION))?;
+    }
+    let ask = scripted_model(&history, "eval-2", 2, &CITIES);
+    store.append_one(ask.clone().recorded_in(CONVERSATION))?;
+    println!("model asked for {} tools in parallel", ask.tool_calls.len());
+    run_tools(&store, "eval-2", &ask, 3, true)?;
+    Ok(())
+}
+
+/// The demonstration: start the first host, kill it mid-batch, carry on.
 pub fn run(dir: Option<PathBuf>) -> Result<()> {
     let dir = dir.unwrap_or_else(default_demo_dir);
     if dir.exists() {
@@ -50,8 +240,10 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
             dir.display()
         )));
     }
-    println!("convlog demo: a writer is killed mid-run, and nothing it acknowledged is lost.\n");
-    println!("1. Store: {}", dir.display());
+    println!(
+        "convlog demo: an agent host dies in the middle of a tool batch; a new one carries on.\n"
+    );
+    println!("Store: {}\n", dir.display());
 
     let executable = std::env::current_exe().map_err(io_error("find own executable", &dir))?;
     let mut child = Command::new(executable)
@@ -63,216 +255,149 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
         .spawn()
         .map_err(io_error("start demo worker for", &dir))?;
     println!(
-        "2. Started a worker process (pid {}) with {WORKER_THREADS} threads recording tool calls;\n   each call is one atomic batch (assistant request, running status, result), group-committed.",
+        "1. A host process (pid {}) runs a scripted agent. Every message and every",
         child.id()
     );
-    let stdout = child.stdout.take().expect("stdout is piped");
-    let collector = std::thread::spawn(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(std::result::Result::ok)
-            .collect::<Vec<String>>()
-    });
-    std::thread::sleep(RUN_BEFORE_KILL);
+    println!("   tool status is recorded the moment it happens (group commit, durable).");
+    let lines = BufReader::new(child.stdout.take().expect("stdout is piped"));
+    for line in lines.lines() {
+        let line = line.map_err(io_error("read demo worker output from", &dir))?;
+        match line.as_str() {
+            "evaluation eval-1 finished" => {
+                println!("   - evaluation eval-1: one weather call for Rome, answered.")
+            }
+            text if text.starts_with("model asked") => {
+                println!("   - evaluation eval-2: the {text}: Paris, Rome, Oslo.")
+            }
+            text if text.starts_with("running ") => {
+                println!("   - running {}", &text["running ".len()..]);
+                if text.ends_with(SLOW_CITY) {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    std::thread::sleep(Duration::from_millis(50));
     child
         .kill()
         .map_err(io_error("kill demo worker for", &dir))?;
-    let status = child
+    child
         .wait()
         .map_err(io_error("wait for demo worker of", &dir))?;
-    let acknowledged = parse_acknowledgements(&collector.join().unwrap_or_default());
-    println!(
-        "3. Killed it with SIGKILL after {} ms ({status}); it had acknowledged {} events,\n   the last at LSN {}. Batches in flight at the kill were never acknowledged.",
-        RUN_BEFORE_KILL.as_millis(),
-        acknowledged.len(),
-        acknowledged.keys().next_back().copied().unwrap_or(0)
-    );
+    println!("\n2. Killed the host with SIGKILL while call_{SLOW_CITY} was running.\n");
 
     let store = Store::open(&dir, StoreOptions::default())?;
-    let log = store.log();
-    let report = log.recovery_report().clone();
-    match &report.torn_tail {
-        Some(torn) => println!(
-            "4. Reopened the store. Recovery cut a torn tail: {} bytes at offset {} of {}.",
-            torn.bytes_dropped,
-            torn.offset,
-            torn.segment.display()
-        ),
-        None => println!(
-            "4. Reopened the store. Recovery found {} segment(s) and a clean tail (no torn write).",
-            report.segments
-        ),
+    let state = store.resume(
+        CONVERSATION,
+        &ResumeOptions {
+            evaluation_id: None,
+            prompt: Some(prompt()),
+        },
+    )?;
+    println!(
+        "3. A new host opens the store and resumes {} (prompt {} checked):",
+        state.evaluation_id,
+        prompt()
+    );
+    for finished in &state.finished_calls {
+        let result = finished
+            .result
+            .as_ref()
+            .and_then(|entry| entry.content.as_deref())
+            .unwrap_or("-");
+        println!(
+            "   - {} finished ({}): \"{result}\" (kept, not run again)",
+            finished.call.call_id,
+            finished.call.status.as_str()
+        );
     }
-    let mut recovered = 0u64;
-    let mut missing = Vec::new();
-    let mut records = BTreeMap::new();
-    for record in log.iter_from(1) {
-        let record = record?;
-        let event = convlog::codec::decode_event(&record.payload).map_err(|reason| {
-            Error::UndecodableEvent {
-                lsn: record.lsn,
-                reason,
-            }
-        })?;
-        records.insert(record.lsn, event);
-        recovered += 1;
+    for unfinished in &state.unfinished_calls {
+        println!(
+            "   - {} never finished ({}): will run again",
+            unfinished.call.call_id,
+            unfinished.call.status.as_str()
+        );
     }
-    for (lsn, payload) in &acknowledged {
-        if records.get(lsn) != Some(payload) {
-            missing.push(*lsn);
+    println!(
+        "   next sequence {}, next turn {}\n",
+        state.next_sequence, state.next_turn
+    );
+
+    let mut sequence = state.next_sequence;
+    let ask = state
+        .entries
+        .iter()
+        .rev()
+        .find(|entry| entry.role == Role::Assistant && !entry.tool_calls.is_empty())
+        .cloned()
+        .ok_or_else(|| Error::InvalidArgument("the evaluation has no tool batch".into()))?;
+    for unfinished in &state.unfinished_calls {
+        store.append_one(state.rerun_event(&unfinished.call.call_id, Timestamp::now()))?;
+        let city = &unfinished.call.call_id["call_".len()..];
+        store.append_one(tool_result(
+            &state.evaluation_id,
+            &unfinished.call,
+            sequence,
+            ask.turn,
+            weather(city),
+        ))?;
+        println!(
+            "4. Re-ran {} (its status event is marked resumed) and recorded its result.",
+            unfinished.call.call_id
+        );
+        sequence += 1;
+    }
+    let history = store
+        .resume(CONVERSATION, &ResumeOptions::default())?
+        .entries;
+    let answer = scripted_model(&history, &state.evaluation_id, sequence, &CITIES);
+    println!(
+        "5. The model answers: \"{}\"",
+        answer.content.as_deref().unwrap_or_default()
+    );
+    store.append_one(answer.recorded_in(CONVERSATION))?;
+    let done = store.resume(CONVERSATION, &ResumeOptions::default())?;
+    println!(
+        "   {} is finished: {} entries, {} tool calls, none run twice.\n",
+        done.evaluation_id,
+        done.entries.len(),
+        done.finished_calls.len()
+    );
+
+    let conversation = store.conversation(CONVERSATION)?;
+    let entries: Vec<ConversationEntry> = conversation
+        .evaluation(&done.evaluation_id)
+        .into_iter()
+        .cloned()
+        .collect();
+    for (number, provider) in [(6, Provider::OpenAiChat), (7, Provider::Anthropic)] {
+        let request = provider::render(provider, &entries, &RenderOptions::default())
+            .map_err(|error| Error::InvalidArgument(error.to_string()))?;
+        println!(
+            "{number}. The {} request rebuilt from the store:",
+            provider.name()
+        );
+        let body = serde_json::to_string_pretty(&request.body()).unwrap_or_default();
+        for line in body.lines() {
+            println!("   {line}");
         }
+        println!();
     }
-    println!(
-        "5. The log holds {recovered} events (LSN 1..={}): every one of the {} acknowledged\n   events is there, identical; {} more were written but not yet acknowledged.",
-        log.next_lsn() - 1,
-        acknowledged.len(),
-        recovered.saturating_sub(acknowledged.len() as u64)
-    );
-    if !missing.is_empty() {
-        return Err(Error::InvalidArgument(format!(
-            "acknowledged events missing after recovery: LSNs {missing:?}"
-        )));
-    }
-    let conversation = store.conversation(&conversation_id(0))?;
-    println!(
-        "6. Conversation {:?} folds back to {} entries; its last tool call is {}.",
-        conversation.conversation_id(),
-        conversation.len(),
-        conversation
-            .recorded()
-            .iter()
-            .rev()
-            .find_map(|recorded| recorded.entry.tool_calls.first())
-            .map_or("none", |call| call.status.as_str())
-    );
-    let mut note = ConversationEntry::new(
-        "demo-resume",
-        0,
-        Role::System,
-        Some("host restarted; resuming".into()),
-    );
-    note.created_at = Timestamp::now();
-    let resumed = store.append_one(note.recorded_in(&conversation_id(0)))?;
-    println!("7. A new writer continues the same store: appended LSN {resumed}.");
     drop(store);
 
     let verified = convlog::store::verify(&dir, &mut |_| {})?;
     println!(
-        "8. verify: {} segment(s), {} events in {} atomic batches, {} conversations, {} bytes; every checksum good, every event decodes.",
-        verified.log.segments, verified.log.events, verified.log.frames, verified.conversations, verified.log.bytes
+        "8. verify: {} segment(s), {} events in {} atomic batches, {} conversation(s), {} bytes;",
+        verified.log.segments,
+        verified.log.events,
+        verified.log.frames,
+        verified.conversations,
+        verified.log.bytes
     );
-    println!("\nThe store stays at {} for you to inspect:", dir.display());
+    println!("   every checksum is good and every event decodes.\n");
+    println!("The store stays at {} for you to look at:", dir.display());
+    println!("  cargo run --release -- dump {}", dir.display());
     println!("  cargo run --release -- verify {}", dir.display());
-    Ok(())
-}
-
-fn parse_acknowledgements(lines: &[String]) -> BTreeMap<u64, Event> {
-    let mut acknowledged = BTreeMap::new();
-    for line in lines {
-        // "ACK <first lsn> <thread> <call>"; a line cut by the kill is skipped.
-        let fields: Vec<&str> = line.split(' ').collect();
-        if fields.len() != 4 || fields[0] != "ACK" {
-            continue;
-        }
-        let (Ok(first), Ok(thread), Ok(call)) = (
-            fields[1].parse::<u64>(),
-            fields[2].parse::<usize>(),
-            fields[3].parse::<usize>(),
-        ) else {
-            continue;
-        };
-        for (offset, event) in tool_call_batch(thread, call).into_iter().enumerate() {
-            acknowledged.insert(first + offset as u64, event);
-        }
-    }
-    acknowledged
-}
-
-fn conversation_id(thread: usize) -> String {
-    format!("demo-agent-{thread}")
-}
-
-/// The three events a worker thread records for one tool call, built
-/// deterministically so the parent can rebuild what was acknowledged.
-fn tool_call_batch(thread: usize, call: usize) -> [Event; 3] {
-    let conversation = conversation_id(thread);
-    let call_id = format!("call_{thread}_{call}");
-    let at = Timestamp(1_795_000_000_000_000 + call as i64 * 1000);
-    let identity =
-        |kind: u128| uuid::Uuid::from_u128((kind << 96) | ((thread as u128) << 64) | call as u128);
-    let mut assistant = ConversationEntry::new("demo-eval", 2 * call as u64, Role::Assistant, None);
-    assistant.message_id = identity(1);
-    assistant.created_at = at;
-    assistant.turn = call as u32 + 1;
-    assistant.tool_calls.push(ToolCall {
-        call_id: call_id.clone(),
-        name: "weather".into(),
-        arguments: "{\"city\":\"Paris\"}".into(),
-        status: ToolStatus::Pending,
-        started_at: None,
-        ended_at: None,
-        error: None,
-    });
-    let running = Event::ToolStatus(ToolStatusChanged::new(
-        &conversation,
-        "demo-eval",
-        &call_id,
-        ToolStatus::Running,
-        at,
-    ));
-    let mut result = ConversationEntry::new(
-        "demo-eval",
-        2 * call as u64 + 1,
-        Role::Tool,
-        Some("weather in Paris: 18C, light rain. ".repeat(1 + call % 8)),
-    );
-    result.message_id = identity(2);
-    result.created_at = at;
-    result.turn = call as u32 + 1;
-    result.tool_call_id = Some(call_id);
-    result.tool_name = Some("weather".into());
-    [
-        assistant.recorded_in(&conversation),
-        running,
-        result.recorded_in(&conversation),
-    ]
-}
-
-/// The worker: records tool calls until killed, printing acknowledgements.
-pub fn worker(store: &Path) -> Result<()> {
-    let log = Arc::new(Store::open(
-        store,
-        StoreOptions {
-            log: LogOptions {
-                segment_bytes_max: 1024 * 1024,
-                ..LogOptions::default()
-            },
-            ..StoreOptions::default()
-        },
-    )?);
-    let threads: Vec<_> = (0..WORKER_THREADS)
-        .map(|thread| {
-            let log = Arc::clone(&log);
-            std::thread::spawn(move || -> Result<()> {
-                for call in 0.. {
-                    let lsns = log.append(tool_call_batch(thread, call).to_vec())?;
-                    let mut stdout = std::io::stdout().lock();
-                    // A closed pipe means the parent is gone: stop quietly.
-                    if writeln!(stdout, "ACK {} {thread} {call}", lsns.start)
-                        .and_then(|()| stdout.flush())
-                        .is_err()
-                    {
-                        return Ok(());
-                    }
-                }
-                Ok(())
-            })
-        })
-        .collect();
-    for thread in threads {
-        thread
-            .join()
-            .map_err(|_| Error::InvalidArgument("a worker thread panicked".to_string()))??;
-    }
     Ok(())
 }

@@ -1,14 +1,17 @@
 //! The subcommands that read and write stores: `append`, `dump`, `verify`,
-//! `snapshot`, `compact` and `stats`. Each is a few calls of the library;
-//! the JSON form of events is `convlog::json`'s.
+//! `snapshot`, `compact` and `stats`, and the helpers the conversation
+//! commands (`resume`, `export`, the message-control ones) share. Each is a
+//! few calls of the library; the JSON form of events is `convlog::json`'s.
 
 use std::collections::HashMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 
+use convlog::control::{ContextsReducer, ControlError};
 use convlog::json::{self, LineError};
 use convlog::log::LogOptions;
-use convlog::store::{Retention, StoreOptions};
+use convlog::provider::ProviderError;
+use convlog::store::{Retention, StoreBuilder, StoreOptions};
 use convlog::{Durability, Error, Event, LogReader, Store};
 
 pub const APPEND_HELP: &str = r#"Input: one event per line in the JSON form of EVENTS.md; a JSON array on one line is one
@@ -92,14 +95,49 @@ impl From<LineError> for Failure {
     }
 }
 
+impl From<ControlError> for Failure {
+    /// The seed's wording, unchanged ("Context does not belong to user").
+    fn from(error: ControlError) -> Failure {
+        Failure(error.to_string())
+    }
+}
+
+impl From<ProviderError> for Failure {
+    fn from(error: ProviderError) -> Failure {
+        Failure(error.to_string())
+    }
+}
+
 fn row(label: &str, value: impl std::fmt::Display) {
     println!("{label:<LABEL_WIDTH$}{value}");
 }
 
 /// Fails unless `dir` holds a store, so a mistyped path is not created.
-fn existing_store(dir: &Path) -> Result<(), Failure> {
+pub fn existing_store(dir: &Path) -> Result<(), Failure> {
     LogReader::open(dir)?;
     Ok(())
+}
+
+/// Opens (or creates) the store as its writer, with the host reducers every
+/// command registers: [`ContextsReducer`], so the snapshots `convlog
+/// snapshot` writes carry the contexts of `create-context` and a compacted
+/// store still knows them.
+pub fn open_store(dir: &Path, options: StoreOptions) -> Result<Store, Failure> {
+    Ok(StoreBuilder::new(dir)
+        .options(options)
+        .reducer(ContextsReducer)
+        .open()?)
+}
+
+/// Writes `value` to standard output as pretty JSON and a newline.
+pub fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
+    let mut text = serde_json::to_string_pretty(value)
+        .map_err(|error| Failure(format!("the output has no JSON form: {error}")))?;
+    text.push('\n');
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .or_else(stdout_closed)
 }
 
 fn lsn_range(first_lsn: u64, next_lsn: u64) -> String {
@@ -112,7 +150,7 @@ fn lsn_range(first_lsn: u64, next_lsn: u64) -> String {
 
 /// `convlog append STORE`.
 pub fn append(dir: &Path, durability: Durability) -> Result<(), Failure> {
-    let store = Store::open(
+    let store = open_store(
         dir,
         StoreOptions {
             log: LogOptions {
@@ -293,8 +331,8 @@ pub fn dump(dir: &Path, from: Option<u64>, conversation: Option<&str>) -> Result
     out.flush().or_else(stdout_closed)
 }
 
-/// A reader that went away (`convlog dump | head`) ends the dump quietly.
-fn stdout_closed(error: std::io::Error) -> Result<(), Failure> {
+/// A reader that went away (`convlog dump | head`) ends the output quietly.
+pub fn stdout_closed(error: std::io::Error) -> Result<(), Failure> {
     if error.kind() == std::io::ErrorKind::BrokenPipe {
         Ok(())
     } else {
@@ -397,7 +435,7 @@ fn log_rows(dir: &Path, log: &convlog::log::VerifyReport) {
 /// `convlog snapshot STORE`.
 pub fn snapshot(dir: &Path) -> Result<(), Failure> {
     existing_store(dir)?;
-    let store = Store::open(dir, StoreOptions::default())?;
+    let store = open_store(dir, StoreOptions::default())?;
     let info = store.snapshot()?;
     row("snapshot", info.path.display());
     row(
@@ -416,7 +454,7 @@ pub fn compact(dir: &Path, delete_covered: bool) -> Result<(), Failure> {
     } else {
         Retention::KeepAll
     };
-    let store = Store::open(
+    let store = open_store(
         dir,
         StoreOptions {
             retention,
@@ -446,7 +484,7 @@ pub fn compact(dir: &Path, delete_covered: bool) -> Result<(), Failure> {
 /// `convlog stats STORE`.
 pub fn stats(dir: &Path) -> Result<(), Failure> {
     existing_store(dir)?;
-    let store = Store::open(dir, StoreOptions::default())?;
+    let store = open_store(dir, StoreOptions::default())?;
     let stats = store.stats();
     let listing = convlog::log::segment::list(&convlog::storage::FileSystem, dir)?;
     let mut bytes = 0u64;

@@ -1,11 +1,16 @@
 //! The `convlog` command: a thin shell over the library. JSON in and out:
-//! events in their JSON form (`EVENTS.md`), one per line.
+//! events in their JSON form (`EVENTS.md`), one per line; the conversation
+//! commands (`resume`, `export`, `create-context`, `add-messages`,
+//! `set-messages`) print pretty JSON and read the seed's message lists.
 //!
 //! Exit codes: 0 success, 1 failure (the message names the store, file and
 //! offset, or the input line and field, at fault), 2 usage error.
 
 mod commands;
+mod control;
 mod demo;
+mod export;
+mod resume;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,6 +26,8 @@ use clap::{Parser, Subcommand, ValueEnum};
   convlog append ./my-store < events.jsonl   # record events (JSON lines), print their LSNs
   convlog dump ./my-store                    # every event as a JSON line, with its LSN
   convlog verify ./my-store                  # check every record and snapshot
+  convlog resume ./my-store --conversation ctx_1   # what a crashed host left to do (JSON)
+  convlog export ./my-store --conversation ctx_1 --format openai   # the rebuilt request body
   convlog demo                               # crash a writer mid-run and recover
 
 Exit codes: 0 success, 1 failure, 2 usage error. CONVLOG_LOG=info shows recovery notes."
@@ -106,6 +113,90 @@ enum Command {
         /// The store directory.
         store: PathBuf,
     },
+    /// Report what an evaluation left to do after a crash: unfinished and
+    /// finished tool calls, next sequence and turn (JSON).
+    #[command(after_help = resume::RESUME_HELP)]
+    Resume {
+        /// The store directory.
+        store: PathBuf,
+        /// The conversation to resume.
+        #[arg(long, value_name = "ID")]
+        conversation: String,
+        /// The evaluation to resume (default: the conversation's latest).
+        #[arg(long, value_name = "ID")]
+        evaluation: Option<String>,
+        /// Fail unless the evaluation was started with this prompt identity
+        /// (NAMESPACE/KEY; - for an absent part).
+        #[arg(long, value_name = "NS/KEY", value_parser = resume::parse_prompt, allow_hyphen_values = true)]
+        prompt: Option<convlog::resume::PromptIdentity>,
+        /// Also print the evaluation's entries.
+        #[arg(long)]
+        entries: bool,
+    },
+    /// Print a conversation rebuilt as a provider's request body (JSON), or
+    /// its neutral entries as JSON lines.
+    #[command(after_help = export::EXPORT_HELP)]
+    Export {
+        /// The store directory.
+        store: PathBuf,
+        /// The conversation to export.
+        #[arg(long, value_name = "ID")]
+        conversation: String,
+        /// The provider request to rebuild, or jsonl for the neutral entries.
+        #[arg(long, value_enum)]
+        format: export::ExportFormat,
+        /// Tool calls that never finished: left out (drop, the default) or
+        /// answered with an error result (error). Provider formats only.
+        #[arg(long, value_enum, value_name = "MODE")]
+        pending: Option<export::PendingArg>,
+        /// History managers applied before rendering, in order:
+        /// window=N,truncate=N,budget=N,prune=N.
+        #[arg(long, value_name = "SPEC", value_parser = export::check_curation)]
+        curate: Option<String>,
+    },
+    /// Create a context (a conversation with an owner and a public flag) for
+    /// add-messages and set-messages.
+    #[command(after_help = control::CREATE_CONTEXT_HELP)]
+    CreateContext {
+        /// The store directory (created if it does not exist).
+        store: PathBuf,
+        /// The context (conversation) id.
+        #[arg(long, value_name = "ID")]
+        conversation: String,
+        /// The acting user, who owns the context (default: anonymous, which
+        /// needs --public).
+        #[arg(long = "as", value_name = "USER")]
+        as_user: Option<String>,
+        /// Anyone may use the context, not only its owner.
+        #[arg(long)]
+        public: bool,
+    },
+    /// Append the seed's JSON message list (stdin) to a context, validated,
+    /// atomically; print the context.
+    #[command(after_help = control::ADD_MESSAGES_HELP)]
+    AddMessages {
+        /// The store directory.
+        store: PathBuf,
+        /// The context (conversation) id; it must exist (create-context).
+        #[arg(long, value_name = "ID")]
+        conversation: String,
+        /// The acting user (default: anonymous, for public contexts).
+        #[arg(long = "as", value_name = "USER")]
+        as_user: Option<String>,
+    },
+    /// Replace every message of a context with the seed's JSON message list
+    /// (stdin), validated, atomically; the old ones stay in the log.
+    #[command(after_help = control::SET_MESSAGES_HELP)]
+    SetMessages {
+        /// The store directory.
+        store: PathBuf,
+        /// The context (conversation) id; it must exist (create-context).
+        #[arg(long, value_name = "ID")]
+        conversation: String,
+        /// The acting user (default: anonymous, for public contexts).
+        #[arg(long = "as", value_name = "USER")]
+        as_user: Option<String>,
+    },
     /// Run a writer, kill it with SIGKILL mid-batch, reopen, and show that
     /// every acknowledged append survived.
     #[command(after_help = "Example:\n  convlog demo --dir /tmp/convlog-demo")]
@@ -154,6 +245,60 @@ fn main() -> ExitCode {
             delete_covered,
         } => commands::compact(&store, delete_covered),
         Command::Stats { store } => commands::stats(&store),
+        Command::Resume {
+            store,
+            conversation,
+            evaluation,
+            prompt,
+            entries,
+        } => resume::resume(&store, &conversation, evaluation, prompt, entries),
+        Command::Export {
+            store,
+            conversation,
+            format,
+            pending,
+            curate,
+        } => {
+            if pending.is_some() && !format.renders_requests() {
+                usage_error(
+                    "export",
+                    clap::error::ErrorKind::ArgumentConflict,
+                    "--pending applies only to the provider formats, not to --format jsonl",
+                );
+            }
+            export::export(
+                &store,
+                &conversation,
+                format,
+                pending.unwrap_or(export::PendingArg::Drop),
+                curate.as_deref(),
+            )
+        }
+        Command::CreateContext {
+            store,
+            conversation,
+            as_user,
+            public,
+        } => {
+            if as_user.is_none() && !public {
+                usage_error(
+                    "create-context",
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "a context created without --as has no owner and must be --public",
+                );
+            }
+            control::create_context(&store, &conversation, as_user, public)
+        }
+        Command::AddMessages {
+            store,
+            conversation,
+            as_user,
+        } => control::change_messages(&store, &conversation, as_user, control::Change::Add),
+        Command::SetMessages {
+            store,
+            conversation,
+            as_user,
+        } => control::change_messages(&store, &conversation, as_user, control::Change::Set),
         Command::Demo { dir } => demo::run(dir).map_err(commands::Failure::from),
         Command::DemoWorker { store } => demo::worker(&store).map_err(commands::Failure::from),
     };
@@ -166,21 +311,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// Exits with clap's usage error (exit 2) for `subcommand`: for flag
+/// combinations clap's derive cannot express.
+fn usage_error(subcommand: &str, kind: clap::error::ErrorKind, message: &str) -> ! {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    command.build();
+    command
+        .find_subcommand_mut(subcommand)
+        .expect("a subcommand of convlog")
+        .error(kind, message)
+        .exit()
+}
+
 /// The library's durability for the flags; a usage error (exit 2) when
 /// --interval-ms comes without --durability periodic.
 fn durability_of(durability: DurabilityArg, interval_ms: Option<u64>) -> convlog::Durability {
-    use clap::CommandFactory;
     if interval_ms.is_some() && durability != DurabilityArg::Periodic {
-        let mut command = Cli::command();
-        command.build();
-        command
-            .find_subcommand_mut("append")
-            .expect("append is a subcommand")
-            .error(
-                clap::error::ErrorKind::ArgumentConflict,
-                "--interval-ms applies only to --durability periodic",
-            )
-            .exit();
+        usage_error(
+            "append",
+            clap::error::ErrorKind::ArgumentConflict,
+            "--interval-ms applies only to --durability periodic",
+        );
     }
     match durability {
         DurabilityArg::Sync => convlog::Durability::Sync,

@@ -1,0 +1,194 @@
+//! `convlog export`: a conversation rebuilt as a provider's request body
+//! (`convlog::provider::render`), or as its neutral entries, optionally
+//! curated by history managers first (`convlog::history`). Read-only: the
+//! store keeps the full history and nothing is appended.
+
+use std::io::Write;
+use std::path::Path;
+
+use clap::ValueEnum;
+use convlog::history::{parse_curation, CurationContext, HistoryManager};
+use convlog::model::ConversationEntry;
+use convlog::provider::{self, PendingCalls, Provider, RenderOptions};
+use convlog::StoreOptions;
+
+use crate::commands::{existing_store, open_store, print_json, stdout_closed, Failure};
+
+pub const EXPORT_HELP: &str = r#"Output, for a provider format: the request body fields as one pretty JSON object
+(RenderedRequest::body()): merge in the model, tools and settings before sending.
+  openai            {"messages": [...]}
+  openai-responses  {"input": [...]}
+  anthropic         {"system": ..., "messages": [...]}        (system only when there is one)
+  gemini            {"system_instruction": ..., "contents": [...]}
+  ollama            {"messages": [...]}
+For jsonl: the conversation's neutral entries, one JSON object per line (the entry
+form of EVENTS.md; `convlog::model::ConversationEntry`).
+
+Every evaluation of the conversation is exported, in conversation order.
+
+Tool calls that never finished (no result, pending or running at a crash) are never
+sent dangling: --pending drop (the default) leaves them out of their assistant message;
+--pending error keeps them and answers each with an error result. A note on stderr
+names the calls either way. --pending applies to the provider formats only.
+
+--curate SPEC applies history managers, in the order written, before rendering:
+  window=N    the system entries and the last N others (never splitting a tool batch)
+  truncate=N  tool results cut to N characters
+  budget=N    the newest entries that fit N estimated tokens (system entries always kept)
+  prune=N     over N estimated tokens, old tool outputs replaced by a placeholder
+Only the export is curated: the store keeps the full history and nothing is appended
+(no history_curated event either).
+
+Opens the store as its writer (replaying the tail after the snapshot), so it needs the
+writer's lock, like `stats`.
+
+Example:
+  convlog export ./my-store --conversation ctx_123 --format anthropic --pending error
+  convlog export ./my-store --conversation ctx_123 --format openai --curate 'window=50,truncate=1000,budget=100000'"#;
+
+/// What `export --format` names. A new format is a variant here and an arm
+/// in [`ExportFormat::output`]; the compiler points at every place to
+/// extend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// OpenAI Chat Completions `messages`.
+    Openai,
+    /// OpenAI Responses `input` items.
+    OpenaiResponses,
+    /// Anthropic Messages `system` and `messages`.
+    Anthropic,
+    /// Google Gemini `system_instruction` and `contents`.
+    Gemini,
+    /// Ollama `/api/chat` `messages`.
+    Ollama,
+    /// The neutral entries, one JSON object per line.
+    Jsonl,
+}
+
+/// How a format is produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    /// A provider's request body, by `convlog::provider::render`.
+    Request(Provider),
+    /// The neutral entries as JSON lines.
+    EntryLines,
+}
+
+impl ExportFormat {
+    fn output(self) -> Output {
+        match self {
+            ExportFormat::Openai => Output::Request(Provider::OpenAiChat),
+            ExportFormat::OpenaiResponses => Output::Request(Provider::OpenAiResponses),
+            ExportFormat::Anthropic => Output::Request(Provider::Anthropic),
+            ExportFormat::Gemini => Output::Request(Provider::Gemini),
+            ExportFormat::Ollama => Output::Request(Provider::Ollama),
+            ExportFormat::Jsonl => Output::EntryLines,
+        }
+    }
+
+    /// Whether `--pending` means anything for this format.
+    pub fn renders_requests(self) -> bool {
+        matches!(self.output(), Output::Request(_))
+    }
+}
+
+/// `--pending`: what to do with calls that never finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PendingArg {
+    /// Leave them out of their assistant message (the default).
+    Drop,
+    /// Keep them and answer each with an error result.
+    Error,
+}
+
+impl From<PendingArg> for PendingCalls {
+    fn from(pending: PendingArg) -> PendingCalls {
+        match pending {
+            PendingArg::Drop => PendingCalls::Drop,
+            PendingArg::Error => PendingCalls::SyntheticError,
+        }
+    }
+}
+
+/// Checks a `--curate` spec at parse time (a bad one is a usage error);
+/// the command parses it again into its managers.
+pub fn check_curation(text: &str) -> Result<String, String> {
+    parse_curation(text).map(|_| text.to_string())
+}
+
+/// `convlog export STORE --conversation ID --format FORMAT [--pending MODE] [--curate SPEC]`.
+pub fn export(
+    dir: &Path,
+    conversation: &str,
+    format: ExportFormat,
+    pending: PendingArg,
+    curate: Option<&str>,
+) -> Result<(), Failure> {
+    existing_store(dir)?;
+    let store = open_store(dir, StoreOptions::default())?;
+    let slice = store.conversation(conversation)?;
+    let mut entries: Vec<ConversationEntry> = slice.entries().cloned().collect();
+    if let Some(spec) = curate {
+        let manager = parse_curation(spec).map_err(Failure)?;
+        let context = CurationContext::new()
+            .with_store(&store)
+            .with_conversation(&slice);
+        entries = manager.curate(&entries, &context);
+    }
+    match format.output() {
+        Output::Request(provider) => export_request(provider, &entries, pending.into()),
+        Output::EntryLines => export_entry_lines(&entries),
+    }
+}
+
+fn export_request(
+    provider: Provider,
+    entries: &[ConversationEntry],
+    pending: PendingCalls,
+) -> Result<(), Failure> {
+    let options = RenderOptions {
+        pending,
+        ..RenderOptions::default()
+    };
+    let request = provider::render(provider, entries, &options)?;
+    if !request.unfinished_calls.is_empty() {
+        let what = match pending {
+            PendingCalls::Drop => "left out (--pending error answers them instead)",
+            PendingCalls::SyntheticError => "answered with an error result",
+        };
+        eprintln!(
+            "convlog: note: {} unfinished tool call(s) {what}: {}",
+            request.unfinished_calls.len(),
+            request.unfinished_calls.join(", ")
+        );
+    }
+    if !request.skipped_results.is_empty() {
+        let calls: Vec<&str> = request
+            .skipped_results
+            .iter()
+            .map(|skipped| skipped.call_id.as_deref().unwrap_or("(none)"))
+            .collect();
+        eprintln!(
+            "convlog: note: {} tool result(s) left out (no earlier call to answer, or a second result of one call): call ids {}",
+            calls.len(),
+            calls.join(", ")
+        );
+    }
+    print_json(&request.body())
+}
+
+fn export_entry_lines(entries: &[ConversationEntry]) -> Result<(), Failure> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for entry in entries {
+        let line = serde_json::to_string(entry).map_err(|error| {
+            Failure(format!(
+                "entry {} has no JSON form: {error}",
+                entry.message_id
+            ))
+        })?;
+        if let Err(error) = writeln!(out, "{line}") {
+            return stdout_closed(error);
+        }
+    }
+    out.flush().or_else(stdout_closed)
+}

@@ -4,7 +4,7 @@
 //! few calls of the library; the JSON form of events is `convlog::json`'s.
 
 use std::collections::HashMap;
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, Write};
 use std::path::Path;
 
 use convlog::control::{ContextsReducer, ControlError};
@@ -306,8 +306,10 @@ impl SequenceCache {
 pub fn dump(dir: &Path, from: Option<u64>, conversation: Option<&str>) -> Result<(), Failure> {
     let reader = LogReader::open(dir)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let bar = progress_bar(segment_bytes(dir), "dumping");
     for record in reader.iter_from(from.unwrap_or(1)) {
         let record = record?;
+        bar.inc(record.payload.len() as u64);
         let event = convlog::codec::decode_event(&record.payload).map_err(|reason| {
             Failure(format!(
                 "store {}: the event at LSN {} does not decode: {reason}",
@@ -328,7 +330,55 @@ pub fn dump(dir: &Path, from: Option<u64>, conversation: Option<&str>) -> Result
             return stdout_closed(error);
         }
     }
+    bar.finish_and_clear();
     out.flush().or_else(stdout_closed)
+}
+
+/// Bytes in the store's segment files (the work a full read does).
+pub fn segment_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok())
+                .filter(|entry| {
+                    entry
+                        .path()
+                        .extension()
+                        .is_some_and(|extension| extension == "seg")
+                })
+                .filter_map(|entry| entry.metadata().ok())
+                .map(|metadata| metadata.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// A byte progress bar on stderr; indicatif draws nothing when stderr is
+/// not a terminal, so pipes and CI logs stay clean.
+pub fn progress_bar(total_bytes: u64, label: &'static str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(total_bytes),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} ({binary_bytes_per_sec}, {eta} left)",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(label);
+    bar
+}
+
+/// A spinner on stderr for work without a known size (hidden off a terminal).
+pub fn spinner(label: &'static str) -> indicatif::ProgressBar {
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        bar.set_style(style);
+    }
+    bar.set_message(label);
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
 }
 
 /// A reader that went away (`convlog dump | head`) ends the output quietly.
@@ -353,21 +403,13 @@ pub fn verify(dir: &Path, log_only: bool) -> Result<(), Failure> {
         row("result", checked);
         return Ok(());
     }
-    let show_progress = std::io::stderr().is_terminal();
-    let mut checked = 0u64;
-    let mut progress = |bytes: u64| {
-        checked += bytes;
-        if show_progress {
-            eprint!("\rverifying: {} MiB checked", checked / (1024 * 1024));
-        }
-    };
-    let verified = convlog::store::verify(dir, &mut progress);
-    if show_progress {
-        eprint!("\r\x1b[K");
-    }
+    let total: u64 = segment_bytes(dir);
+    let bar = progress_bar(total, "verifying");
+    let verified = convlog::store::verify(dir, &mut |checked| bar.set_position(checked));
+    bar.finish_and_clear();
     let report = verified.map_err(|error| match error {
         Error::UndecodableEvent { .. } => Failure(format!(
-            "{error} (a log written with the raw log API, as `convlog demo` does, holds no convlog events: check its frames with `convlog verify --log-only`)"
+            "{error} (a log written with the raw log API holds no convlog events: check its frames with `convlog verify --log-only`)"
         )),
         other => Failure::from(other),
     })?;
@@ -436,7 +478,10 @@ fn log_rows(dir: &Path, log: &convlog::log::VerifyReport) {
 pub fn snapshot(dir: &Path) -> Result<(), Failure> {
     existing_store(dir)?;
     let store = open_store(dir, StoreOptions::default())?;
-    let info = store.snapshot()?;
+    let bar = spinner("writing snapshot");
+    let info = store.snapshot();
+    bar.finish_and_clear();
+    let info = info?;
     row("snapshot", info.path.display());
     row(
         "lsn",
@@ -461,7 +506,10 @@ pub fn compact(dir: &Path, delete_covered: bool) -> Result<(), Failure> {
             ..StoreOptions::default()
         },
     )?;
-    let report = store.compact()?;
+    let bar = spinner("compacting");
+    let report = store.compact();
+    bar.finish_and_clear();
+    let report = report?;
     for path in &report.removed {
         row("removed", path.display());
     }

@@ -125,8 +125,15 @@ pub fn export(
     curate: Option<&str>,
 ) -> Result<(), Failure> {
     existing_store(dir)?;
-    let store = open_store(dir, StoreOptions::default())?;
-    let slice = store.conversation(conversation)?;
+    let bar = crate::commands::spinner("reading the conversation");
+    let opened = open_store(dir, StoreOptions::default());
+    let slice = opened
+        .as_ref()
+        .ok()
+        .map(|store| store.conversation(conversation));
+    bar.finish_and_clear();
+    let store = opened?;
+    let slice = slice.expect("the store opened")?;
     let mut entries: Vec<ConversationEntry> = slice.entries().cloned().collect();
     if let Some(spec) = curate {
         let manager = parse_curation(spec).map_err(Failure)?;

@@ -74,6 +74,58 @@ pub fn encode_event(event: &Event) -> Vec<u8> {
     }
 }
 
+/// Reads one unsigned varint (docs/format.md section 12) at `*at`.
+fn peek_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    let first = *bytes.get(*at)?;
+    *at += 1;
+    let width = match first {
+        0..=250 => return Some(u64::from(first)),
+        251 => 2,
+        252 => 4,
+        253 => 8,
+        _ => return None,
+    };
+    let mut word = [0u8; 8];
+    word[..width].copy_from_slice(bytes.get(*at..*at + width)?);
+    *at += width;
+    Some(u64::from_le_bytes(word))
+}
+
+fn peek_string<'a>(bytes: &'a [u8], at: &mut usize) -> Option<&'a str> {
+    let length = usize::try_from(peek_varint(bytes, at)?).ok()?;
+    let text = bytes.get(*at..at.checked_add(length)?)?;
+    *at += length;
+    std::str::from_utf8(text).ok()
+}
+
+/// The conversation an encoded event belongs to, read without decoding the
+/// event: `None` when it has none or the bytes are not a well-formed event
+/// (decode it to find out which). Lets a reader skip other conversations'
+/// events in a shared frame cheaply.
+pub fn peek_conversation_id(payload: &[u8]) -> Option<&str> {
+    let [EVENT_CODEC_VERSION, kind, ..] = payload else {
+        return None;
+    };
+    let mut at = 2;
+    match *kind {
+        KIND_CONVERSATION_RECORDED
+        | KIND_TOOL_STATUS
+        | KIND_MESSAGES_REPLACED
+        | KIND_HISTORY_CURATED => peek_string(payload, &mut at),
+        KIND_CUSTOM => {
+            peek_string(payload, &mut at)?;
+            match payload.get(at)? {
+                1 => {
+                    at += 1;
+                    peek_string(payload, &mut at)
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
 /// Decodes a log payload into an event. Never panics on any input.
 pub fn decode_event(payload: &[u8]) -> Result<Event, String> {
     let [version, kind, body @ ..] = payload else {
@@ -202,6 +254,35 @@ mod tests {
         expected.extend([7; 16]);
         expected.extend([1, b'e', 2, 0, 3]); // evaluation, sequence, turn, role tool
         assert_eq!(&bytes[..expected.len()], &expected[..]);
+    }
+
+    #[test]
+    fn the_conversation_id_is_read_without_decoding() {
+        for event in sample_events() {
+            let bytes = encode_event(&event);
+            assert_eq!(
+                peek_conversation_id(&bytes),
+                event.conversation_id(),
+                "{event:?}"
+            );
+            for cut in 0..bytes.len() {
+                let _ = peek_conversation_id(&bytes[..cut]);
+            }
+        }
+        let mut custom = CustomEvent {
+            kind: "k".into(),
+            conversation_id: Some("c".repeat(300)),
+            payload: vec![1],
+        };
+        assert_eq!(
+            peek_conversation_id(&encode_event(&Event::Custom(custom.clone()))),
+            custom.conversation_id.as_deref()
+        );
+        custom.conversation_id = None;
+        assert_eq!(
+            peek_conversation_id(&encode_event(&Event::Custom(custom))),
+            None
+        );
     }
 
     #[test]

@@ -241,6 +241,19 @@ impl SharedView {
             .map_or(state.active.first_lsn, |first| first.first_lsn)
     }
 
+    /// The segment starting at `first_lsn`, without copying the whole list.
+    fn segment(&self, first_lsn: Lsn) -> Option<SegmentRef> {
+        let state = self.state.read();
+        if state.active.first_lsn == first_lsn {
+            return Some(SegmentRef::Active(state.active.clone()));
+        }
+        state
+            .sealed
+            .binary_search_by_key(&first_lsn, |segment| segment.first_lsn)
+            .ok()
+            .map(|index| SegmentRef::Sealed(Arc::clone(&state.sealed[index])))
+    }
+
     pub(crate) fn visible_next_lsn(&self) -> Lsn {
         self.state.read().visible_next_lsn
     }
@@ -393,16 +406,20 @@ impl LogReader {
     /// checksum, and returns its events. Used by indexes: a position comes
     /// from [`Record::position`] or `Log::append_batch_positioned`.
     pub fn read_frame(&self, position: Position) -> Result<Vec<Record>> {
-        let layout = self.source.layout()?;
-        let segment = layout
-            .iter()
-            .find(|segment| segment.first_lsn() == position.segment)
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "no segment starting at LSN {} in the log (removed by compaction?)",
-                    position.segment
-                ))
-            })?;
+        let found = match &self.source {
+            Source::Writer(view) => view.segment(position.segment),
+            Source::Directory(_) => self
+                .source
+                .layout()?
+                .into_iter()
+                .find(|segment| segment.first_lsn() == position.segment),
+        };
+        let segment = found.as_ref().ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "no segment starting at LSN {} in the log (removed by compaction?)",
+                position.segment
+            ))
+        })?;
         let storage = self.source.storage();
         let damaged = |reason: String| Error::Corrupted {
             segment: segment.path().to_path_buf(),
@@ -418,19 +435,23 @@ impl LogReader {
                     .ok_or_else(|| damaged("position past the end of the segment".into()))?
             }
             SegmentRef::Active(active) => {
-                let mut header = [0u8; FRAME_HEADER_BYTES];
-                let read = active
-                    .file
-                    .read_at(&mut header, position.offset)
-                    .map_err(Error::io("read segment", &active.path))?;
-                let length = format::frame_length_from_header(&header[..read])
-                    .map_err(|reason| damaged(reason.into()))?;
-                let mut frame = vec![0u8; length];
+                // One read covers most frames; a larger one needs a second.
+                let mut frame = vec![0u8; SMALL_FRAME_BYTES];
                 let read = active
                     .file
                     .read_at(&mut frame, position.offset)
                     .map_err(Error::io("read segment", &active.path))?;
                 frame.truncate(read);
+                let length = format::frame_length_from_header(&frame)
+                    .map_err(|reason| damaged(reason.into()))?;
+                if length > frame.len() {
+                    frame.resize(length, 0);
+                    let read = active
+                        .file
+                        .read_at(&mut frame, position.offset)
+                        .map_err(Error::io("read segment", &active.path))?;
+                    frame.truncate(read);
+                }
                 owned = frame;
                 &owned
             }
@@ -469,6 +490,7 @@ impl LogReader {
             layout: Vec::new(),
             buffered: VecDeque::new(),
             stopped: false,
+            read_ahead: ReadAhead::default(),
         }
     }
 }
@@ -506,7 +528,25 @@ pub struct LogIter {
     layout: Vec<SegmentRef>,
     buffered: VecDeque<Record>,
     stopped: bool,
+    read_ahead: ReadAhead,
 }
+
+/// Bytes of the active segment read ahead of the cursor, so scanning it
+/// costs one positioned read per `READ_AHEAD_BYTES`, not two per frame.
+/// Only bytes below the writer's published end are ever cached: they are
+/// complete frames that no longer change.
+#[derive(Debug, Default)]
+struct ReadAhead {
+    segment: Lsn,
+    offset: u64,
+    bytes: Vec<u8>,
+}
+
+/// What a positioned frame read fetches in its first read.
+const SMALL_FRAME_BYTES: usize = 8 * 1024;
+
+/// How much of the active segment one read fetches ahead.
+const READ_AHEAD_BYTES: usize = 1 << 20;
 
 impl std::fmt::Debug for LogIter {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -680,45 +720,76 @@ impl LogIter {
                 Err(reason) => return Ok(Step::Damaged(0, reason)),
             }
         }
+        if let Some(limit) = active.limit {
+            return self.step_active_buffered(active, cursor, limit);
+        }
         let mut header = [0u8; FRAME_HEADER_BYTES];
         let read = active
             .file
             .read_at(&mut header, cursor.offset)
             .map_err(Error::io("read segment", path))?;
-        let incomplete_or_damaged = |reason: &str| match active.limit {
-            // Another process is writing: the frame may not be finished yet.
-            None => Step::End,
-            Some(_) => Step::Damaged(cursor.offset, reason.to_string()),
-        };
+        // Another process is writing: an incomplete or failing frame at the
+        // end may simply not be finished yet. If it is really damaged, it is
+        // reported once its segment is sealed.
         if read < FRAME_HEADER_BYTES {
-            return Ok(incomplete_or_damaged("frame header cut short"));
+            return Ok(Step::End);
         }
-        let frame_bytes = match format::frame_length_from_header(&header) {
-            Ok(length) => length,
-            Err(reason) => return Ok(incomplete_or_damaged(reason)),
+        let Ok(frame_bytes) = format::frame_length_from_header(&header) else {
+            return Ok(Step::End);
         };
-        if let Some(limit) = active.limit {
-            if cursor.offset + frame_bytes as u64 > limit {
-                return Ok(Step::Damaged(
-                    cursor.offset,
-                    "frame runs past the written end".into(),
-                ));
-            }
-        }
         let mut frame = vec![0u8; frame_bytes];
         let read = active
             .file
             .read_at(&mut frame, cursor.offset)
             .map_err(Error::io("read segment", path))?;
         if read < frame_bytes {
-            return Ok(incomplete_or_damaged("frame cut short"));
+            return Ok(Step::End);
         }
         match self.take_frame(&frame, cursor) {
-            // Another process may still be writing this frame; if it is
-            // really damaged, it is reported once its segment is sealed.
-            Step::Damaged(..) if active.limit.is_none() => Ok(Step::End),
+            Step::Damaged(..) => Ok(Step::End),
             step => Ok(step),
         }
+    }
+
+    /// Reads the frame at the cursor of this process's own active segment,
+    /// whose complete frames end at `limit`, through the read-ahead buffer.
+    fn step_active_buffered(
+        &mut self,
+        active: &ActiveSegment,
+        cursor: &mut Cursor,
+        limit: u64,
+    ) -> Result<Step> {
+        let mut window = std::mem::take(&mut self.read_ahead);
+        let step = (|| {
+            let header = match window_bytes(
+                &mut window,
+                active,
+                cursor.offset,
+                FRAME_HEADER_BYTES,
+                limit,
+            )? {
+                Some(bytes) => bytes,
+                None => {
+                    return Ok(Step::Damaged(
+                        cursor.offset,
+                        "frame header runs past the written end".into(),
+                    ))
+                }
+            };
+            let frame_bytes = match format::frame_length_from_header(header) {
+                Ok(length) => length,
+                Err(reason) => return Ok(Step::Damaged(cursor.offset, reason.to_string())),
+            };
+            match window_bytes(&mut window, active, cursor.offset, frame_bytes, limit)? {
+                Some(frame) => Ok(self.take_frame(frame, cursor)),
+                None => Ok(Step::Damaged(
+                    cursor.offset,
+                    "frame runs past the written end".into(),
+                )),
+            }
+        })();
+        self.read_ahead = window;
+        step
     }
 
     /// Decodes the frame at the start of `bytes` and buffers its events.
@@ -757,6 +828,40 @@ impl LogIter {
         cursor.chain_crc = Some(frame.crc);
         Step::Frame
     }
+}
+
+/// `length` bytes of the active segment at `offset`, all below `limit`, from
+/// the read-ahead window (refilled as needed). `None` if they run past `limit`.
+fn window_bytes<'a>(
+    window: &'a mut ReadAhead,
+    active: &ActiveSegment,
+    offset: u64,
+    length: usize,
+    limit: u64,
+) -> Result<Option<&'a [u8]>> {
+    let end = offset + length as u64;
+    if end > limit {
+        return Ok(None);
+    }
+    let covered = window.segment == active.first_lsn
+        && offset >= window.offset
+        && end <= window.offset + window.bytes.len() as u64;
+    if !covered {
+        let fill = (length.max(READ_AHEAD_BYTES) as u64).min(limit - offset) as usize;
+        window.bytes.resize(fill, 0);
+        let read = active
+            .file
+            .read_at(&mut window.bytes, offset)
+            .map_err(Error::io("read segment", &active.path))?;
+        window.bytes.truncate(read);
+        window.segment = active.first_lsn;
+        window.offset = offset;
+        if read < length {
+            return Ok(None);
+        }
+    }
+    let start = (offset - window.offset) as usize;
+    Ok(Some(&window.bytes[start..start + length]))
 }
 
 impl Iterator for LogIter {

@@ -557,6 +557,13 @@ impl Store {
                 if record.lsn < base_lsn || record.lsn >= limit {
                     continue;
                 }
+                // A frame may hold other conversations' events: skip them
+                // without decoding.
+                if codec::peek_conversation_id(&record.payload)
+                    .is_some_and(|id| id != conversation_id)
+                {
+                    continue;
+                }
                 let event = codec::decode_event(&record.payload).map_err(|reason| {
                     Error::UndecodableEvent {
                         lsn: record.lsn,

@@ -17,6 +17,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod audit;
 pub mod codec;
 pub mod control;
 pub mod conversation;

@@ -63,6 +63,8 @@ pub enum ExportFormat {
     Ollama,
     /// The neutral entries, one JSON object per line.
     Jsonl,
+    /// One self-contained HTML page: the conversation as a timeline.
+    Html,
 }
 
 /// How a format is produced.
@@ -72,6 +74,8 @@ enum Output {
     Request(Provider),
     /// The neutral entries as JSON lines.
     EntryLines,
+    /// An HTML timeline page (`convlog::audit`).
+    Page,
 }
 
 impl ExportFormat {
@@ -83,7 +87,13 @@ impl ExportFormat {
             ExportFormat::Gemini => Output::Request(Provider::Gemini),
             ExportFormat::Ollama => Output::Request(Provider::Ollama),
             ExportFormat::Jsonl => Output::EntryLines,
+            ExportFormat::Html => Output::Page,
         }
+    }
+
+    /// Whether this format is the HTML page (no `--pending` or `--curate`).
+    pub fn is_page(self) -> bool {
+        matches!(self.output(), Output::Page)
     }
 
     /// Whether `--pending` means anything for this format.
@@ -124,6 +134,9 @@ pub fn export(
     pending: PendingArg,
     curate: Option<&str>,
 ) -> Result<(), Failure> {
+    if format.is_page() {
+        return crate::audit::export_html(dir, conversation);
+    }
     existing_store(dir)?;
     let bar = crate::commands::spinner("reading the conversation");
     let opened = open_store(dir, StoreOptions::default());
@@ -145,6 +158,7 @@ pub fn export(
     match format.output() {
         Output::Request(provider) => export_request(provider, &entries, pending.into()),
         Output::EntryLines => export_entry_lines(&entries),
+        Output::Page => crate::audit::export_html(dir, conversation),
     }
 }
 

@@ -6,6 +6,7 @@
 //! Exit codes: 0 success, 1 failure (the message names the store, file and
 //! offset, or the input line and field, at fault), 2 usage error.
 
+mod audit;
 mod commands;
 mod control;
 mod demo;
@@ -28,6 +29,8 @@ use clap::{Parser, Subcommand, ValueEnum};
   convlog verify ./my-store                  # check every record and snapshot
   convlog resume ./my-store --conversation ctx_1   # what a crashed host left to do (JSON)
   convlog export ./my-store --conversation ctx_1 --format openai   # the rebuilt request body
+  convlog inspect ./my-store --conversation ctx_1   # a readable timeline of a conversation
+  convlog tail ./my-store --follow           # events as a writer appends them
   convlog demo                               # crash a writer mid-run and recover
 
 Exit codes: 0 success, 1 failure, 2 usage error. CONVLOG_LOG=info shows recovery notes."
@@ -154,6 +157,41 @@ enum Command {
         #[arg(long, value_name = "SPEC", value_parser = export::check_curation)]
         curate: Option<String>,
     },
+    /// Show a readable timeline of a conversation, or every conversation of
+    /// the store.
+    #[command(after_help = audit::INSPECT_HELP)]
+    Inspect {
+        /// The store directory.
+        store: PathBuf,
+        /// The conversation (default: an overview of all of them).
+        #[arg(long, value_name = "ID")]
+        conversation: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Colour the text: auto (on a terminal), always, never.
+        #[arg(long, value_enum, default_value = "auto", value_name = "WHEN")]
+        color: audit::ColorArg,
+    },
+    /// Print the last events, and with --follow every new one as a writer
+    /// appends it.
+    #[command(after_help = audit::TAIL_HELP)]
+    Tail {
+        /// The store directory.
+        store: PathBuf,
+        /// How many of the latest events to print first.
+        #[arg(short = 'n', long = "lines", default_value_t = 10, value_name = "N")]
+        last: u64,
+        /// Keep printing events as they are appended, until interrupted.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Print the JSON lines of `dump` instead of one-line summaries.
+        #[arg(long)]
+        json: bool,
+        /// Only this conversation's events.
+        #[arg(long, value_name = "ID")]
+        conversation: Option<String>,
+    },
     /// Create a context (a conversation with an owner and a public flag) for
     /// add-messages and set-messages.
     #[command(after_help = control::CREATE_CONTEXT_HELP)]
@@ -252,6 +290,19 @@ fn main() -> ExitCode {
             prompt,
             entries,
         } => resume::resume(&store, &conversation, evaluation, prompt, entries),
+        Command::Inspect {
+            store,
+            conversation,
+            json,
+            color,
+        } => audit::inspect(&store, conversation.as_deref(), json, color),
+        Command::Tail {
+            store,
+            last,
+            follow,
+            json,
+            conversation,
+        } => audit::tail(&store, last, follow, json, conversation),
         Command::Export {
             store,
             conversation,
@@ -259,6 +310,13 @@ fn main() -> ExitCode {
             pending,
             curate,
         } => {
+            if format.is_page() && (pending.is_some() || curate.is_some()) {
+                usage_error(
+                    "export",
+                    clap::error::ErrorKind::ArgumentConflict,
+                    "--pending and --curate apply to provider formats, not to --format html",
+                );
+            }
             if pending.is_some() && !format.renders_requests() {
                 usage_error(
                     "export",

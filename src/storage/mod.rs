@@ -7,8 +7,6 @@
 //! code knowing the difference.
 
 mod mmap;
-/// A simulated disk for crash and fault tests: loses, tears and reorders
-/// unsynced writes at a simulated power loss, and fails operations on demand.
 pub mod sim;
 
 use std::fmt;

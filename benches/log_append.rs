@@ -1,6 +1,7 @@
 //! Append throughput of the segment log, against its physical limit and two
 //! peers, in one run on one disk.
 //!
+//! 0. The disk: `write_all` + `fdatasync` latency by block size.
 //! 1. `Durability::Sync`, one writer, against a raw `write_all` +
 //!    `fdatasync` loop over the same payloads on a plain file.
 //! 2. `Durability::Group` with 1/8/64/256 writer threads (pipelined off and
@@ -9,9 +10,12 @@
 //!    JSONL file (one line + `fdatasync` per append under a mutex).
 //! 3. `Durability::None`, one writer, 256-byte events.
 //!
-//! Run with `cargo bench --bench log_append`. `CONVLOG_BENCH_SECONDS` sets
-//! the length of each measured phase (default 2 s); `CONVLOG_BENCH_DIR`
-//! where the scratch stores go (default `target/bench-tmp`).
+//! Run with `cargo bench --bench log_append`. Environment:
+//! - `CONVLOG_BENCH_SECONDS`: length of each measured phase (default 2 s);
+//! - `CONVLOG_BENCH_ONLY`: a comma-separated subset of `disk`, `sync`,
+//!   `group`, `none` (default all);
+//! - `CONVLOG_BENCH_THREADS`: the Group thread counts (default `1,8,64,256`);
+//! - `CONVLOG_BENCH_DIR`: where scratch stores go (default `target/bench-tmp`).
 
 mod common;
 
@@ -50,10 +54,25 @@ fn main() -> BenchResult<()> {
         mean
     );
 
-    let sync = bench_sync(&pool, duration)?;
-    let group = bench_group(&pool, duration)?;
-    let none = bench_none(duration)?;
-    print_summary(&sync, &group, &none);
+    if selected("disk") {
+        bench_disk(duration)?;
+    }
+    let sync = if selected("sync") {
+        Some(bench_sync(&pool, duration)?)
+    } else {
+        None
+    };
+    let group = if selected("group") {
+        bench_group(&pool, duration)?
+    } else {
+        Vec::new()
+    };
+    let none = if selected("none") {
+        bench_none(duration)?
+    } else {
+        Vec::new()
+    };
+    print_summary(sync.as_ref(), &group, &none);
     Ok(())
 }
 
@@ -63,6 +82,9 @@ fn main() -> BenchResult<()> {
 struct LogRun {
     measured: Measured,
     stats: WriterStats,
+    /// Segment files in the store after the run, and the smallest one's size.
+    segments: usize,
+    smallest_segment: u64,
 }
 
 impl LogRun {
@@ -117,7 +139,23 @@ fn run_log(
         rolls: after.rolls - before.rolls,
     };
     drop(log);
-    Ok(LogRun { measured, stats })
+    let mut sizes = Vec::new();
+    for entry in std::fs::read_dir(dir.path())? {
+        let entry = entry?;
+        if entry
+            .path()
+            .extension()
+            .is_some_and(|extension| extension == "seg")
+        {
+            sizes.push(entry.metadata()?.len());
+        }
+    }
+    Ok(LogRun {
+        measured,
+        stats,
+        segments: sizes.len(),
+        smallest_segment: sizes.iter().copied().min().unwrap_or(0),
+    })
 }
 
 fn log_options(durability: Durability, pipelined: bool) -> LogOptions {
@@ -126,6 +164,30 @@ fn log_options(durability: Durability, pipelined: bool) -> LogOptions {
         pipelined,
         ..LogOptions::default()
     }
+}
+
+// ---------------------------------------------------------------------------
+// 0. The disk: cost of write_all + fdatasync by write size
+
+/// Appends blocks of each size to a plain file with `write_all` +
+/// `fdatasync` each: how fsync latency grows with the bytes it flushes
+/// (what bounds a commit group of that size).
+fn bench_disk(duration: Duration) -> BenchResult<()> {
+    section("0. The disk: write_all + fdatasync of one block, by block size");
+    let mut table = Table::new(&["block", "fdatasyncs/s", "µs each", "MiB/s"]);
+    let mut rng = common::XorShift::new(POOL_SEED ^ 0xD15C);
+    for kib in [1usize, 4, 16, 48, 96, 192] {
+        let block = vec![rng.bytes(kib * 1024)];
+        let measured = raw_fdatasync(&block, duration / 4)?;
+        table.row(vec![
+            format!("{kib} KiB"),
+            grouped(measured.ops_per_sec()),
+            format!("{:.0}", 1e6 / measured.ops_per_sec()),
+            format!("{:.1}", measured.mib_per_sec()),
+        ]);
+    }
+    table.print();
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -156,7 +218,14 @@ fn raw_fdatasync(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Measured> 
 
 fn bench_sync(pool: &[Vec<u8>], duration: Duration) -> BenchResult<SyncResults> {
     section("1. Durability::Sync, one writer, vs raw write_all + fdatasync");
-    let mut table = Table::new(&["run", "appends/s", "MiB/s", "mean µs/append", "recs/fsync"]);
+    let mut table = Table::new(&[
+        "run",
+        "appends/s",
+        "MiB/s",
+        "mean µs/append",
+        "recs/fsync",
+        "CPU %",
+    ]);
     let mut best_raw: Option<Measured> = None;
     let mut best_log: Option<LogRun> = None;
     // Interleave the two so that drift on a shared machine hits both.
@@ -167,7 +236,8 @@ fn bench_sync(pool: &[Vec<u8>], duration: Duration) -> BenchResult<SyncResults> 
             grouped(raw.ops_per_sec()),
             format!("{:.1}", raw.mib_per_sec()),
             format!("{:.0}", 1e6 / raw.ops_per_sec()),
-            "1.0".to_string(),
+            "1.00".to_string(),
+            format!("{:.0}", raw.cpu_percent()),
         ]);
         let run = run_log(
             "sync",
@@ -183,6 +253,7 @@ fn bench_sync(pool: &[Vec<u8>], duration: Duration) -> BenchResult<SyncResults> 
             format!("{:.1}", run.measured.mib_per_sec()),
             format!("{:.0}", 1e6 / run.measured.ops_per_sec()),
             format!("{:.2}", run.records_per_fsync()),
+            format!("{:.0}", run.measured.cpu_percent()),
         ]);
         if best_raw.is_none_or(|best| raw.ops_per_sec() > best.ops_per_sec()) {
             best_raw = Some(raw);
@@ -347,7 +418,7 @@ fn jsonl_run(pool: &[Vec<u8>], threads: usize, duration: Duration) -> BenchResul
 fn bench_group(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Vec<GroupRow>> {
     section("2. Durability::Group vs SQLite (WAL, synchronous=FULL) vs JSONL+fdatasync");
     let mut rows = Vec::new();
-    for threads in THREAD_COUNTS {
+    for threads in thread_counts() {
         // Interleaved per thread count, so the comparison shares a time window.
         let plain = run_log(
             "group",
@@ -416,22 +487,58 @@ fn bench_group(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Vec<GroupRow
     println!("appends/s; ratios use the better convlog variant over the better SQLite variant");
     table.print();
     let mut detail = Table::new(&[
-        "threads", "variant", "frames", "writes", "fsyncs", "rolls", "MiB/s",
+        "threads",
+        "system",
+        "appends/s",
+        "MiB/s",
+        "CPU %",
+        "frames",
+        "writes",
+        "fsyncs",
+        "recs/fsync",
+        "rolls",
+        "segments (smallest B)",
     ]);
     for row in &rows {
-        for (name, run) in [("plain", &row.plain), ("pipelined", &row.pipelined)] {
+        for (name, run) in [
+            ("convlog Group", &row.plain),
+            ("convlog Group pipelined", &row.pipelined),
+        ] {
             detail.row(vec![
                 row.threads.to_string(),
                 name.to_string(),
+                grouped(run.measured.ops_per_sec()),
+                format!("{:.1}", run.measured.mib_per_sec()),
+                format!("{:.0}", run.measured.cpu_percent()),
                 grouped(run.stats.frames as f64),
                 grouped(run.stats.writes as f64),
                 grouped(run.stats.syncs as f64),
+                format!("{:.1}", run.records_per_fsync()),
                 run.stats.rolls.to_string(),
-                format!("{:.1}", run.measured.mib_per_sec()),
+                format!(
+                    "{} ({})",
+                    run.segments,
+                    grouped(run.smallest_segment as f64)
+                ),
             ]);
         }
+        for (name, measured) in [
+            ("SQLite per-thread conn", &row.sqlite_per_thread),
+            ("SQLite shared conn", &row.sqlite_shared),
+            ("JSONL + fdatasync", &row.jsonl),
+        ] {
+            let mut cells = vec![
+                row.threads.to_string(),
+                name.to_string(),
+                grouped(measured.ops_per_sec()),
+                format!("{:.1}", measured.mib_per_sec()),
+                format!("{:.0}", measured.cpu_percent()),
+            ];
+            cells.extend(std::iter::repeat_n("-".to_string(), 6));
+            detail.row(cells);
+        }
     }
-    println!("writer_stats() of the Group runs");
+    println!("Detail (convlog columns from writer_stats(); MiB/s of payload; CPU % of one core, 200% = both)");
     detail.print();
     Ok(rows)
 }
@@ -468,7 +575,7 @@ fn bench_none(duration: Duration) -> BenchResult<Vec<NoneRow>> {
         },
     ];
     let mut table = Table::new(&[
-        "variant", "events/s", "MiB/s", "ns/event", "writes", "fsyncs", "rolls",
+        "variant", "events/s", "MiB/s", "ns/event", "CPU %", "writes", "fsyncs", "rolls",
     ]);
     for row in &rows {
         table.row(vec![
@@ -476,6 +583,7 @@ fn bench_none(duration: Duration) -> BenchResult<Vec<NoneRow>> {
             grouped(row.run.measured.ops_per_sec()),
             format!("{:.1}", row.run.measured.mib_per_sec()),
             format!("{:.0}", 1e9 / row.run.measured.ops_per_sec()),
+            format!("{:.0}", row.run.measured.cpu_percent()),
             grouped(row.run.stats.writes as f64),
             grouped(row.run.stats.syncs as f64),
             row.run.stats.rolls.to_string(),
@@ -495,20 +603,46 @@ fn verdict(met: bool) -> &'static str {
     }
 }
 
-fn print_summary(sync: &SyncResults, group: &[GroupRow], none: &[NoneRow]) {
-    section("Summary against targets");
+/// The writer-thread counts of the Group comparison: `CONVLOG_BENCH_THREADS`
+/// (comma-separated) or 1, 8, 64, 256.
+fn thread_counts() -> Vec<usize> {
+    match std::env::var("CONVLOG_BENCH_THREADS") {
+        Ok(list) => list
+            .split(',')
+            .map(|item| {
+                item.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("CONVLOG_BENCH_THREADS: {item:?} is not a count"))
+            })
+            .collect(),
+        Err(_) => THREAD_COUNTS.to_vec(),
+    }
+}
+
+/// Whether `CONVLOG_BENCH_ONLY` (a comma-separated subset of `disk`,
+/// `sync`, `group`, `none`; all when unset) selects `part`.
+fn selected(part: &str) -> bool {
+    match std::env::var("CONVLOG_BENCH_ONLY") {
+        Ok(only) => only.split(',').any(|item| item.trim() == part),
+        Err(_) => true,
+    }
+}
+
+fn print_summary(sync: Option<&SyncResults>, group: &[GroupRow], none: &[NoneRow]) {
     let mut table = Table::new(&["target", "measured", "verdict"]);
-    let sync_ratio = sync.convlog.measured.ops_per_sec() / sync.raw.ops_per_sec();
-    table.row(vec![
-        "Sync / raw fdatasync >= 0.9".to_string(),
-        format!(
-            "{:.2} ({} vs {} appends/s)",
-            sync_ratio,
-            grouped(sync.convlog.measured.ops_per_sec()),
-            grouped(sync.raw.ops_per_sec())
-        ),
-        verdict(sync_ratio >= 0.9).to_string(),
-    ]);
+    if let Some(sync) = sync {
+        let sync_ratio = sync.convlog.measured.ops_per_sec() / sync.raw.ops_per_sec();
+        table.row(vec![
+            "Sync / raw fdatasync >= 0.9".to_string(),
+            format!(
+                "{:.2} ({} vs {} appends/s)",
+                sync_ratio,
+                grouped(sync.convlog.measured.ops_per_sec()),
+                grouped(sync.raw.ops_per_sec())
+            ),
+            verdict(sync_ratio >= 0.9).to_string(),
+        ]);
+    }
     if let Some(row) = group.iter().find(|row| row.threads == 64) {
         let ratio = row.convlog_best() / row.sqlite_best();
         table.row(vec![
@@ -530,5 +664,8 @@ fn print_summary(sync: &SyncResults, group: &[GroupRow], none: &[NoneRow]) {
             verdict(rate >= 1_000_000.0).to_string(),
         ]);
     }
-    table.print();
+    if !table.is_empty() {
+        section("Summary against targets");
+        table.print();
+    }
 }

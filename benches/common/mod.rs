@@ -128,6 +128,8 @@ pub struct Measured {
     pub bytes: u64,
     /// Wall time from the start signal until every thread stopped.
     pub elapsed: Duration,
+    /// CPU time (user + system) of the whole process meanwhile.
+    pub cpu: Duration,
 }
 
 impl Measured {
@@ -137,6 +139,11 @@ impl Measured {
 
     pub fn mib_per_sec(&self) -> f64 {
         self.bytes as f64 / self.elapsed.as_secs_f64() / (1024.0 * 1024.0)
+    }
+
+    /// CPU used, in percent of one core (200% = both cores of a 2-core box).
+    pub fn cpu_percent(&self) -> f64 {
+        100.0 * self.cpu.as_secs_f64() / self.elapsed.as_secs_f64()
     }
 }
 
@@ -177,6 +184,7 @@ where
             .collect();
         barrier.wait();
         let start = Instant::now();
+        let cpu_start = process_cpu_time();
         std::thread::sleep(duration);
         stop.store(true, Ordering::Relaxed);
         let (mut ops, mut bytes) = (0u64, 0u64);
@@ -185,12 +193,35 @@ where
             ops += thread_ops;
             bytes += thread_bytes;
         }
+        let elapsed = start.elapsed();
         Measured {
             ops,
             bytes,
-            elapsed: start.elapsed(),
+            elapsed,
+            cpu: process_cpu_time().saturating_sub(cpu_start),
         }
     })
+}
+
+/// User + system CPU time of this process so far (all threads, including
+/// finished ones), from `/proc/self/stat`; zero where that is unavailable.
+pub fn process_cpu_time() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the line, in clock ticks (100 per second).
+    let Some(rest) = stat.rfind(')').map(|end| &stat[end + 1..]) else {
+        return Duration::ZERO;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |index: usize| {
+        fields
+            .get(index)
+            .and_then(|field| field.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
 /// `1234567.8` as `1,234,568`.
@@ -222,7 +253,12 @@ impl Table {
     }
 
     pub fn row(&mut self, cells: Vec<String>) {
+        assert_eq!(cells.len(), self.header.len(), "table row width");
         self.rows.push(cells);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
     }
 
     pub fn print(&self) {

@@ -241,6 +241,23 @@ impl Ordered {
 }
 
 /// The conversation store. Share it between threads (`Arc<Store>`).
+///
+/// ```
+/// use convlog::model::{ConversationEntry, Role};
+/// use convlog::{Store, StoreOptions};
+///
+/// # fn main() -> convlog::Result<()> {
+/// let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path(), StoreOptions::default())?;
+/// let question = ConversationEntry::new("eval-1", 1, Role::User, Some("Weather in Oslo?".into()));
+/// store.append_one(question.recorded_in("ctx_123"))?; // durable when it returns
+///
+/// let conversation = store.conversation("ctx_123")?; // reads only this conversation
+/// assert_eq!(conversation.len(), 1);
+/// assert_eq!(conversation.latest_evaluation(), Some("eval-1"));
+/// store.snapshot()?; // the next open replays only what comes after
+/// # Ok(()) }
+/// ```
 pub struct Store {
     log: Log,
     reader: LogReader,

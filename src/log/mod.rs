@@ -273,12 +273,12 @@ impl Log {
     pub fn remove_segments_before(&self, lsn: Lsn) -> Result<Vec<std::path::PathBuf>> {
         let removable = self.view.take_sealed_before(lsn);
         let storage = self.writer.storage();
+        // Oldest first, each removal made durable before the next: a crash
+        // in between leaves a log that starts later, never one with a hole.
         for path in &removable {
             storage
                 .remove_file(path)
                 .map_err(Error::io("remove compacted segment", path))?;
-        }
-        if !removable.is_empty() {
             storage
                 .sync_dir(self.dir())
                 .map_err(Error::io("fsync store directory", self.dir()))?;

@@ -350,6 +350,13 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
             // a fresh segment (new salt) at the next LSN; when the cut left the
             // segment empty, this replaces it under the same name.
             let last = segments.pop().expect("segments is not empty");
+            // What the previous writer left unsynced (it may have died before
+            // truncating) is served from now on: make it durable before it
+            // is sealed behind the fresh segment.
+            storage
+                .open_write(&last.path)
+                .and_then(|file| file.sync_all())
+                .map_err(Error::io("fsync segment before sealing it", &last.path))?;
             let (created, handle, header_crc) = segment::create(storage, dir, next_lsn)?;
             if created.first_lsn != last.first_lsn {
                 segments.push(last);

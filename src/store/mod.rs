@@ -291,6 +291,15 @@ impl Store {
     ) -> Result<Store> {
         let storage = Arc::clone(&options.log.storage);
         let mut report = OpenReport::default();
+        // A snapshot whose rename was never made durable (its writer failed
+        // or died at the last step) is still used below, and compaction may
+        // then delete what it covers: make its name durable first.
+        let snapshots = dir.join(snapshot::SNAPSHOT_DIR);
+        if storage.exists(&snapshots) {
+            storage
+                .sync_dir(&snapshots)
+                .map_err(Error::io("fsync snapshot directory", &snapshots))?;
+        }
         let mut candidates = Vec::new();
         for (_, path) in snapshot::list(storage.as_ref(), &dir)? {
             match snapshot::load(storage.as_ref(), &path) {
@@ -461,8 +470,17 @@ impl Store {
         self.ordered.lock().push(lsns.start, events);
         if due {
             // One automatic snapshot at a time; others carry on appending.
+            // The batch is committed whatever happens to the snapshot: a
+            // failed automatic snapshot is logged, never reported as a failed
+            // append (a caller would retry and record the batch twice).
             if let Some(guard) = self.snapshotting.try_lock() {
-                self.snapshot_locked(guard)?;
+                if let Err(error) = self.snapshot_locked(guard) {
+                    tracing::warn!(
+                        store = %self.log.dir().display(),
+                        error = %error,
+                        "automatic snapshot failed; the append is committed"
+                    );
+                }
             }
         }
         Ok(lsns)

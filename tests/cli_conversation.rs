@@ -505,7 +505,8 @@ fn export_usage_errors_exit_2() {
     let store = dir.path().join("store");
     crashed_trip(&store);
     for args in [
-        vec!["--format", "html"],
+        vec!["--format", "html", "--pending", "error"],
+        vec!["--format", "html", "--curate", "window=5"],
         vec!["--format", "openai", "--pending", "keep"],
         vec!["--format", "jsonl", "--pending", "error"],
         vec!["--format", "openai", "--curate", "window=lots"],

@@ -203,18 +203,15 @@ impl State {
                 continue;
             };
             let entries = self.index.entry(id.to_string()).or_default();
-            if entries
-                .iter()
-                .rev()
-                .take(1)
-                .any(|entry| entry.packed == packed)
-            {
-                continue;
-            }
-            let entry = IndexEntry { lsn: *lsn, packed };
             // Concurrent appenders may index out of LSN order; keep it sorted.
             let at = entries.partition_point(|existing| existing.lsn < *lsn);
-            entries.insert(at, entry);
+            // One entry per (conversation, frame): a frame's LSNs are
+            // contiguous, so an earlier event of this frame is the entry
+            // just before this one, wherever the frame landed in the order.
+            if at > 0 && entries[at - 1].packed == packed {
+                continue;
+            }
+            entries.insert(at, IndexEntry { lsn: *lsn, packed });
         }
     }
 }
@@ -265,6 +262,10 @@ pub struct Store {
     state: RwLock<State>,
     ordered: Mutex<Ordered>,
     snapshotting: Mutex<()>,
+    /// Held shared while a conversation's frames are read, exclusively
+    /// while compaction deletes segments: a read never loses its frames
+    /// between finding and reading them.
+    compacting: RwLock<()>,
     open_report: OpenReport,
 }
 
@@ -314,6 +315,19 @@ impl Store {
                 ..options.log.clone()
             },
         )?;
+        // Leftovers of snapshots a crash interrupted (the lock is held now,
+        // so no live writer owns them).
+        if storage.exists(&snapshots) {
+            let names = storage
+                .list_dir(&snapshots)
+                .map_err(Error::io("list snapshot directory", &snapshots))?;
+            for name in names.iter().filter(|name| name.ends_with(".snap.tmp")) {
+                let leftover = snapshots.join(name);
+                storage
+                    .remove_file(&leftover)
+                    .map_err(Error::io("remove leftover snapshot", &leftover))?;
+            }
+        }
         report.recovery = log.recovery_report().clone();
         let (first_lsn, next_lsn) = (log.first_lsn(), log.next_lsn());
         let mut chosen = None;
@@ -427,6 +441,7 @@ impl Store {
             },
             state: RwLock::new(state),
             snapshotting: Mutex::new(()),
+            compacting: RwLock::new(()),
             open_report: report,
         })
     }
@@ -537,6 +552,7 @@ impl Store {
         conversation_id: &str,
         below_lsn: Option<Lsn>,
     ) -> Result<Option<ConversationSlice>> {
+        let _frames_stay = self.compacting.read();
         let (snapshot, positions) = {
             let state = self.state.read();
             let positions: Vec<(Lsn, Position)> = state
@@ -771,7 +787,10 @@ impl Store {
                 note: Some("no snapshot yet: nothing is covered".to_string()),
             });
         };
-        let removed = self.log.remove_segments_before(lsn)?;
+        let removed = {
+            let _no_reads = self.compacting.write();
+            self.log.remove_segments_before(lsn)?
+        };
         let note = removed
             .is_empty()
             .then(|| format!("no sealed segment lies wholly before the snapshot at LSN {lsn}"));

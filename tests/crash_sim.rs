@@ -21,7 +21,7 @@
 //! 6. a full disk fails appends with an error that says so, and the store
 //!    reopens with nothing acknowledged lost once there is space again.
 //!
-//! `CONVLOG_SIM_SEEDS=N` runs N seeds (default 800); `CONVLOG_SIM_SEED=S`
+//! `CONVLOG_SIM_SEEDS=N` runs N seeds (default 2000); `CONVLOG_SIM_SEED=S`
 //! runs seed S alone and prints its operations. `CONVLOG_SIM_STALE=1` lets
 //! a crash expose stale bytes of space a truncation freed, and
 //! `CONVLOG_SIM_NESTED=1` lets the log create the store's parent directory
@@ -51,7 +51,7 @@ const STORE: &str = "/sim/store";
 const SEGMENT_BYTES_MAX: u64 = 4096;
 const PAYLOAD_BYTES_MAX: u64 = 600;
 const BATCH_EVENTS_MAX: u64 = 8;
-const SEEDS_DEFAULT: u64 = 800;
+const SEEDS_DEFAULT: u64 = 2000;
 
 type Check<T = ()> = Result<T, String>;
 

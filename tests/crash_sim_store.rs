@@ -49,7 +49,7 @@
 //! `CONVLOG_SIM_STORE_STRICT=0` restores the old workarounds (counted in the
 //! summary) to compare.
 //!
-//! `CONVLOG_SIM_STORE_SEEDS=N` runs N seeds (default 400, about 20-30 s in
+//! `CONVLOG_SIM_STORE_SEEDS=N` runs N seeds (default 1000, about 50-70 s in
 //! a debug build); `CONVLOG_SIM_STORE_SEED=S` runs seed S alone and prints
 //! its operations. A failure prints the seed, the step and the operations
 //! that led there (for the first failing seed; one line for the others).
@@ -82,7 +82,7 @@ use uuid::Uuid;
 
 const STORE: &str = "/sim/store";
 const SEGMENT_BYTES_MAX: u64 = 4096;
-const SEEDS_DEFAULT: u64 = 400;
+const SEEDS_DEFAULT: u64 = 1000;
 /// Conversations that get every kind of event; one more gets only custom
 /// events (a conversation the fold never sees).
 const CONVERSATIONS: usize = 4;

@@ -1,50 +1,17 @@
 //! Black-box tests of the `convlog` binary: JSON lines in, LSNs and JSON
 //! lines out, located errors, exit codes 0 / 1 / 2.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use convlog::log::LogOptions;
 use convlog::model::{ConversationEntry, ConversationRecorded, Role, Timestamp};
 use convlog::{Event, Store, StoreOptions};
 use serde_json::Value;
 
-/// Runs `convlog ARGS` with `stdin` as its standard input.
-fn run(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_convlog"))
-        .args(args)
-        .env_remove("CONVLOG_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start convlog");
-    let mut input = child.stdin.take().expect("stdin is piped");
-    // A command that fails before reading its input (a missing store) may
-    // exit first: a broken pipe here is not the test's concern.
-    if let Err(error) = input.write_all(stdin) {
-        assert_eq!(
-            error.kind(),
-            std::io::ErrorKind::BrokenPipe,
-            "write stdin: {error}"
-        );
-    }
-    drop(input);
-    child.wait_with_output().expect("wait for convlog")
-}
+mod common;
 
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).expect("stderr is UTF-8")
-}
-
-fn path(dir: &Path) -> &str {
-    dir.to_str().expect("temporary paths are UTF-8")
-}
+use common::{path_arg as path, run_convlog as run, stderr, stdout};
 
 /// `convlog append STORE` of these lines; asserts nothing.
 fn append(store: &Path, lines: &[&str]) -> Output {

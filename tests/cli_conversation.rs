@@ -1,50 +1,17 @@
 //! Black-box tests of the conversation commands of the `convlog` binary:
 //! `resume`, `export`, `create-context`, `add-messages`, `set-messages`.
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use convlog::model::ConversationEntry;
 use convlog::provider::{self, rules, PendingCalls, Provider, RenderOptions, RenderedRequest};
 use convlog::{Store, StoreOptions};
 use serde_json::{json, Value};
 
-/// Runs `convlog ARGS` with `stdin` as its standard input.
-fn run(args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_convlog"))
-        .args(args)
-        .env_remove("CONVLOG_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start convlog");
-    let mut input = child.stdin.take().expect("stdin is piped");
-    // A command that fails before reading its input (a missing store) may
-    // exit first: a broken pipe here is not the test's concern.
-    if let Err(error) = input.write_all(stdin) {
-        assert_eq!(
-            error.kind(),
-            std::io::ErrorKind::BrokenPipe,
-            "write stdin: {error}"
-        );
-    }
-    drop(input);
-    child.wait_with_output().expect("wait for convlog")
-}
+mod common;
 
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8(output.stderr.clone()).expect("stderr is UTF-8")
-}
-
-fn path(dir: &Path) -> &str {
-    dir.to_str().expect("temporary paths are UTF-8")
-}
+use common::{path_arg as path, run_convlog as run, stderr, stdout};
 
 /// Asserts exit 0 and parses stdout as one JSON value.
 fn json_output(output: &Output) -> Value {

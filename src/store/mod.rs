@@ -202,7 +202,12 @@ impl State {
             let Some(id) = event.conversation_id() else {
                 continue;
             };
-            let entries = self.index.entry(id.to_string()).or_default();
+            // Appends hit known conversations almost always: look up before
+            // allocating the key.
+            if !self.index.contains_key(id) {
+                self.index.insert(id.to_string(), Vec::new());
+            }
+            let entries = self.index.get_mut(id).expect("inserted above");
             // Concurrent appenders may index out of LSN order; keep it sorted.
             let at = entries.partition_point(|existing| existing.lsn < *lsn);
             // One entry per (conversation, frame): a frame's LSNs are

@@ -708,7 +708,7 @@ fn run_writer() {
             let waited = Instant::now();
             while !go.exists() {
                 assert!(
-                    waited.elapsed() < Duration::from_secs(60),
+                    waited.elapsed() < Duration::from_secs(900),
                     "the tail never printed the first half"
                 );
                 std::thread::sleep(Duration::from_millis(5));
@@ -757,7 +757,9 @@ fn tail_follows_a_writer_in_another_process() {
     );
     let mut lines = Lines::default();
     let printed = lines.0.clone();
-    let deadline = Instant::now() + Duration::from_secs(90);
+    // Only a guard against hanging forever: the test never depends on
+    // how fast the writer or this tail runs.
+    let deadline = Instant::now() + Duration::from_secs(900);
     // Asked after every event: once the first half was printed, let the
     // writer append the second half, which tail must then wait for.
     let mut should_stop = || {
@@ -774,7 +776,6 @@ fn tail_follows_a_writer_in_another_process() {
             follow: true,
             format: TailFormat::Json,
             max_events: Some(WRITER_EVENTS),
-            idle_timeout: Some(Duration::from_secs(30)),
             poll_interval: Duration::from_millis(50),
             ..TailOptions::default()
         },
@@ -853,11 +854,21 @@ fn tail_without_follow_prints_what_is_written_and_filters() {
 fn tail_from_the_end_follows_a_writer_thread() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(store_with_events(dir.path()));
+    // The writer starts only once tail has found the end and is following
+    // (its first `should_stop` call), so no event can land before "the end"
+    // however slowly this thread runs.
+    let following = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
     let writer = {
         let store = Arc::clone(&store);
+        let following = Arc::clone(&following);
         std::thread::spawn(move || {
+            let (started, wake) = &*following;
+            let mut started = started.lock().unwrap();
+            while !*started {
+                started = wake.wait(started).unwrap();
+            }
+            drop(started);
             for index in 0..5 {
-                std::thread::sleep(Duration::from_millis(30));
                 let noise =
                     entry("eval-7", index, 0, Role::User, "noise", 0).recorded_in("ctx_noise");
                 let late = entry("eval-7", index, 0, Role::User, "late", 0).recorded_in("ctx_late");
@@ -866,7 +877,6 @@ fn tail_from_the_end_follows_a_writer_thread() {
         })
     };
     let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
     let report = audit::tail_reader(
         &store.log().reader(),
         &mut out,
@@ -879,7 +889,12 @@ fn tail_from_the_end_follows_a_writer_thread() {
             poll_interval: Duration::from_millis(20),
             ..TailOptions::default()
         },
-        &mut || Instant::now() >= deadline,
+        &mut || {
+            let (started, wake) = &*following;
+            *started.lock().unwrap() = true;
+            wake.notify_all();
+            false
+        },
     )
     .unwrap();
     writer.join().unwrap();

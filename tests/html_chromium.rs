@@ -21,7 +21,8 @@ use convlog::model::{
 const CHROMIUM_DEFAULT: &str = "/usr/bin/chromium";
 const CONVERSATION: &str = "ctx_browser";
 /// How long Chromium may take to load and dump the page.
-const CHROMIUM_TIMEOUT: Duration = Duration::from_secs(120);
+/// A guard against a hung browser, not a speed requirement.
+const CHROMIUM_TIMEOUT: Duration = Duration::from_secs(900);
 
 fn at(ms: i64) -> Timestamp {
     let base = Timestamp::parse_rfc3339("2026-03-01T09:00:00Z").unwrap();

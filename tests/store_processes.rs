@@ -811,12 +811,26 @@ fn sigkill_during_appends_snapshots_and_compaction_loses_nothing() {
         let tmp_before = snapshot_tmp_files(dir.path());
         let mut child = spawn_role(TEST_NAME, "store-writer", &env);
         let stdout = child.stdout.take().unwrap();
+        let (first_ack, acked) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
-            BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-                .collect::<Vec<_>>()
+            let mut lines = Vec::new();
+            let mut first_ack = Some(first_ack);
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.starts_with("ACK ") {
+                    if let Some(first_ack) = first_ack.take() {
+                        let _ = first_ack.send(());
+                    }
+                }
+                lines.push(line);
+            }
+            lines
         });
+        // Every fourth cycle kills only after the child acknowledged a
+        // batch, so acknowledged batches are checked however slow this
+        // machine is; the others kill at any moment (during open too).
+        if cycle % 4 == 3 {
+            let _ = acked.recv();
+        }
         std::thread::sleep(delay);
         let exited_early = child.try_wait().unwrap();
         child.kill().unwrap(); // SIGKILL

@@ -129,6 +129,19 @@ pub enum Error {
         /// The directory that was opened.
         path: PathBuf,
     },
+
+    /// A reader needed events whose segments compaction deleted (a snapshot
+    /// covers them) before it could read them. Nothing was skipped: the read
+    /// stops here.
+    #[error("store {store}: the events from LSN {first_missing} to {} are no longer in the log: compaction deleted their segments (a snapshot covers them); the log continues at LSN {next_present}", .next_present - 1)]
+    Compacted {
+        /// The store directory.
+        store: PathBuf,
+        /// The first LSN the reader needed and could not read.
+        first_missing: u64,
+        /// The first LSN the log still holds after the gap.
+        next_present: u64,
+    },
 }
 
 /// `Result` with convlog's [`Error`].

@@ -13,6 +13,10 @@ use crate::log::{segment, LogReader, Lsn};
 use crate::storage::FileSystem;
 use crate::store::snapshot;
 
+/// How often [`AuditView::open`] reads a store that compaction keeps
+/// shrinking under it before it reports the gap.
+const READ_ATTEMPTS_MAX: usize = 3;
+
 /// The conversations of a store directory, read without the writer's lock.
 ///
 /// [`AuditView::open`] reads the log from its first event with a
@@ -38,8 +42,21 @@ impl AuditView {
     /// `only` when given. Fails with `NotAStore` when `dir` holds no
     /// segments, `Corrupted` on damage (segment and offset), and
     /// `UndecodableEvent` (LSN) on a payload that is not an event.
+    ///
+    /// Compaction deleting segments while it reads makes it start again
+    /// from the newer snapshot (up to `READ_ATTEMPTS_MAX` reads in all).
     pub fn open(dir: impl AsRef<Path>, only: Option<&str>) -> Result<AuditView> {
-        let dir = dir.as_ref().to_path_buf();
+        let mut attempt = 1;
+        loop {
+            match AuditView::read(dir.as_ref(), only) {
+                Err(Error::Compacted { .. }) if attempt < READ_ATTEMPTS_MAX => attempt += 1,
+                result => return result,
+            }
+        }
+    }
+
+    fn read(dir: &Path, only: Option<&str>) -> Result<AuditView> {
+        let dir = dir.to_path_buf();
         let reader = LogReader::open(&dir)?;
         let first_lsn = segment::list(&FileSystem, &dir)?
             .segments

@@ -137,14 +137,14 @@ pub fn tail_reader(
         },
     };
     let mut iter = match options.start {
-        TailStart::Beginning => reader.iter_from(1),
+        TailStart::Beginning => reader.iter(),
         TailStart::Lsn(lsn) => reader.iter_from(lsn),
         TailStart::End | TailStart::Last(_) => {
             let keep = match options.start {
                 TailStart::Last(count) => count,
                 _ => 0,
             };
-            let mut iter = reader.iter_from(1);
+            let mut iter = reader.iter();
             let mut last: VecDeque<(Lsn, Event)> = VecDeque::with_capacity(keep.min(4096));
             for record in iter.by_ref() {
                 let record = record?;

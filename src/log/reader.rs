@@ -6,9 +6,24 @@
 //! recovers from a crash may shrink it, and a map of it could then fault.
 //!
 //! A reader never yields a record from a frame that is incomplete or fails
-//! its checksum. In the active segment of a directory reader (another
-//! process's log) such a frame is the end of what has been written *so far*;
-//! anywhere else it is corruption, reported with segment and offset.
+//! its checksum, and never ends quietly before the writer's durable end:
+//! - in a sealed segment (any but the last), such a frame is corruption,
+//!   reported with segment and offset (`Error::Corrupted`);
+//! - in the writer's own active segment (`Log::reader`), so is one below the
+//!   end the writer published;
+//! - in the last segment of a directory reader (another process writes, or
+//!   wrote, it), such a frame is the end of what has been written *so far*
+//!   unless a later valid frame proves it had been written and fsynced, the
+//!   evidence recovery uses (`recovery::later_frame_proves_durable`). The
+//!   frame is then read again (a write in progress when it was first read
+//!   has returned by then) before it is reported as corruption.
+//!
+//! Compaction may delete segments while a reader reads them. A reader keeps
+//! what it holds: a directory reader maps the sealed segments it will read
+//! when it lists them and keeps the last segment open, and deleting a
+//! segment through the writer first maps it for the readers that hold it.
+//! Events it can no longer reach are reported as `Error::Compacted` (which
+//! LSNs are gone), never skipped and never a raw I/O error.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -69,16 +84,20 @@ impl SealedSegment {
         })
     }
 
-    fn bytes(&self, storage: &dyn Storage) -> Result<&[u8]> {
+    /// The segment's bytes, mapped on first use. `NotFound` when the file
+    /// was deleted (by compaction) before it was ever mapped.
+    fn bytes(&self, storage: &dyn Storage) -> std::io::Result<&[u8]> {
         if self.bytes.get().is_none() {
-            let mapped = storage
-                .read_immutable(&self.path, SealedFile::assert_sealed())
-                .map_err(Error::io("map sealed segment", &self.path))?;
+            let mapped = storage.read_immutable(&self.path, SealedFile::assert_sealed())?;
             let _ = self.bytes.set(mapped);
         }
         let bytes = self.bytes.get().expect("set above");
         Ok((**bytes).as_ref())
     }
+}
+
+fn is_not_found(error: &std::io::Error) -> bool {
+    error.kind() == std::io::ErrorKind::NotFound
 }
 
 #[derive(Debug, Clone)]
@@ -212,23 +231,41 @@ impl SharedView {
 
     /// Removes sealed segments whose events all precede `lsn` from the view
     /// (the last segment is never removed); returns their paths.
+    ///
+    /// A segment that an iterator already holds in its layout is mapped
+    /// first, so the iterator keeps reading it after the file is deleted.
     pub(crate) fn take_sealed_before(&self, lsn: Lsn) -> Vec<PathBuf> {
-        let mut state = self.state.write();
-        let mut removable = 0;
-        for index in 0..state.sealed.len() {
-            let next_first_lsn = state
-                .sealed
-                .get(index + 1)
-                .map_or(state.active.first_lsn, |next| next.first_lsn);
-            if next_first_lsn <= lsn {
-                removable = index + 1;
-            } else {
-                break;
+        let taken: Vec<Arc<SealedSegment>> = {
+            let mut state = self.state.write();
+            let mut removable = 0;
+            for index in 0..state.sealed.len() {
+                let next_first_lsn = state
+                    .sealed
+                    .get(index + 1)
+                    .map_or(state.active.first_lsn, |next| next.first_lsn);
+                if next_first_lsn <= lsn {
+                    removable = index + 1;
+                } else {
+                    break;
+                }
+            }
+            state.sealed.drain(..removable).collect()
+        };
+        // Out of the view, a segment can gain no new holders: one held
+        // elsewhere is in an iterator's layout.
+        for segment in &taken {
+            if Arc::strong_count(segment) > 1 {
+                if let Err(error) = segment.bytes(self.storage.as_ref()) {
+                    tracing::warn!(
+                        segment = %segment.path.display(),
+                        error = %error,
+                        "could not map a segment a reader holds before compaction deletes it; the reader will report the gap"
+                    );
+                }
             }
         }
-        state
-            .sealed
-            .drain(..removable)
+        taken
+            .into_iter()
             .map(|segment| segment.path.clone())
             .collect()
     }
@@ -280,26 +317,73 @@ struct DirectorySource {
     open: HashMap<Lsn, Arc<dyn StorageFile>>,
 }
 
+/// How often a directory reader lists the segments again when its last
+/// segment vanished between listing and opening it (the writer rolled and
+/// compaction deleted it meanwhile).
+const LISTING_ATTEMPTS_MAX: usize = 8;
+
 impl DirectorySource {
-    fn layout(&mut self) -> Result<Vec<SegmentRef>> {
+    /// The segments in the directory now. Sealed segments that may hold
+    /// events at or after `map_from` are mapped at once, so that compaction
+    /// deleting them later does not take them from the reader; the last
+    /// segment is kept open. Segments deleted between listing and mapping
+    /// are left out with every segment before them (compaction deletes
+    /// oldest first): the layout then starts later, and the iterator
+    /// reports what it needed from them as `Error::Compacted`.
+    fn layout(&mut self, map_from: Option<Lsn>) -> Result<Vec<SegmentRef>> {
+        let mut attempt = 1;
+        loop {
+            match self.try_layout(map_from)? {
+                Ok(layout) => return Ok(layout),
+                Err((_, path, error)) if is_not_found(&error) && attempt < LISTING_ATTEMPTS_MAX => {
+                    tracing::debug!(segment = %path.display(), "last segment vanished while listing; listing again");
+                    attempt += 1;
+                }
+                Err((operation, path, error)) => return Err(Error::io(operation, path)(error)),
+            }
+        }
+    }
+
+    /// One listing; the inner error is a segment that could not be opened
+    /// or mapped.
+    #[allow(clippy::type_complexity)]
+    fn try_layout(
+        &mut self,
+        map_from: Option<Lsn>,
+    ) -> Result<Result<Vec<SegmentRef>, (&'static str, PathBuf, std::io::Error)>> {
         let segments = segment::list(self.storage.as_ref(), &self.dir)?.segments;
         let mut layout = Vec::with_capacity(segments.len());
         for (index, file) in segments.iter().enumerate() {
-            if index + 1 < segments.len() {
-                let sealed = self
-                    .sealed
-                    .entry(file.first_lsn)
-                    .or_insert_with(|| SealedSegment::new(file.first_lsn, file.path.clone()));
-                layout.push(SegmentRef::Sealed(Arc::clone(sealed)));
+            if let Some(next) = segments.get(index + 1) {
+                let sealed = Arc::clone(
+                    self.sealed
+                        .entry(file.first_lsn)
+                        .or_insert_with(|| SealedSegment::new(file.first_lsn, file.path.clone())),
+                );
+                if map_from.is_some_and(|from| next.first_lsn > from) {
+                    match sealed.bytes(self.storage.as_ref()) {
+                        Ok(_) => {}
+                        Err(error) if is_not_found(&error) => {
+                            layout.clear();
+                            continue;
+                        }
+                        Err(error) => {
+                            return Ok(Err(("map sealed segment", file.path.clone(), error)))
+                        }
+                    }
+                }
+                layout.push(SegmentRef::Sealed(sealed));
             } else {
                 let handle = match self.open.get(&file.first_lsn) {
                     Some(handle) => Arc::clone(handle),
                     None => {
-                        let handle: Arc<dyn StorageFile> = Arc::from(
-                            self.storage
-                                .open_read(&file.path)
-                                .map_err(Error::io("open segment", &file.path))?,
-                        );
+                        let handle: Arc<dyn StorageFile> = match self.storage.open_read(&file.path)
+                        {
+                            Ok(handle) => Arc::from(handle),
+                            Err(error) => {
+                                return Ok(Err(("open segment", file.path.clone(), error)))
+                            }
+                        };
                         self.open.insert(file.first_lsn, Arc::clone(&handle));
                         handle
                     }
@@ -316,7 +400,7 @@ impl DirectorySource {
             segments.iter().map(|file| file.first_lsn).collect();
         self.sealed.retain(|lsn, _| known.contains(lsn));
         self.open.retain(|lsn, _| known.contains(lsn));
-        Ok(layout)
+        Ok(Ok(layout))
     }
 }
 
@@ -327,10 +411,42 @@ enum Source {
 }
 
 impl Source {
-    fn layout(&self) -> Result<Vec<SegmentRef>> {
+    /// The segments now; see [`DirectorySource::layout`] for `map_from`.
+    fn layout(&self, map_from: Option<Lsn>) -> Result<Vec<SegmentRef>> {
         match self {
             Source::Writer(view) => Ok(view.layout()),
-            Source::Directory(directory) => directory.lock().layout(),
+            Source::Directory(directory) => directory.lock().layout(map_from),
+        }
+    }
+
+    /// The store directory.
+    fn dir(&self) -> PathBuf {
+        match self {
+            Source::Writer(view) => {
+                let state = view.state.read();
+                state
+                    .active
+                    .path
+                    .parent()
+                    .map_or_else(PathBuf::new, Path::to_path_buf)
+            }
+            Source::Directory(directory) => directory.lock().dir.clone(),
+        }
+    }
+
+    /// The error for events from `first_missing` on that compaction deleted
+    /// before they were read: names the first LSN the log holds after them.
+    fn compacted(&self, first_missing: Lsn) -> Error {
+        let later = self.layout(None).ok().and_then(|layout| {
+            layout
+                .iter()
+                .map(SegmentRef::first_lsn)
+                .find(|&first_lsn| first_lsn > first_missing)
+        });
+        Error::Compacted {
+            store: self.dir(),
+            first_missing,
+            next_present: later.unwrap_or(first_missing + 1),
         }
     }
 
@@ -410,16 +526,24 @@ impl LogReader {
             Source::Writer(view) => view.segment(position.segment),
             Source::Directory(_) => self
                 .source
-                .layout()?
+                .layout(None)?
                 .into_iter()
                 .find(|segment| segment.first_lsn() == position.segment),
         };
-        let segment = found.as_ref().ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "no segment starting at LSN {} in the log (removed by compaction?)",
+        let Some(segment) = found.as_ref() else {
+            let first_lsn = self
+                .source
+                .layout(None)?
+                .first()
+                .map_or(position.segment, SegmentRef::first_lsn);
+            if position.segment < first_lsn {
+                return Err(self.source.compacted(position.segment));
+            }
+            return Err(Error::InvalidArgument(format!(
+                "no segment starting at LSN {} in the log",
                 position.segment
-            ))
-        })?;
+            )));
+        };
         let storage = self.source.storage();
         let damaged = |reason: String| Error::Corrupted {
             segment: segment.path().to_path_buf(),
@@ -429,7 +553,13 @@ impl LogReader {
         let owned;
         let bytes: &[u8] = match segment {
             SegmentRef::Sealed(sealed) => {
-                let bytes = sealed.bytes(storage.as_ref())?;
+                let bytes = match sealed.bytes(storage.as_ref()) {
+                    Ok(bytes) => bytes,
+                    Err(error) if is_not_found(&error) => {
+                        return Err(self.source.compacted(position.segment))
+                    }
+                    Err(error) => return Err(Error::io("map sealed segment", &sealed.path)(error)),
+                };
                 bytes
                     .get(position.offset as usize..)
                     .ok_or_else(|| damaged("position past the end of the segment".into()))?
@@ -470,9 +600,12 @@ impl LogReader {
         }
     }
 
-    /// Iterates over every event from the start of the log.
+    /// Iterates over every event the log holds, from its first LSN (1, or
+    /// where compaction left it when the iterator starts).
     pub fn iter(&self) -> LogIter {
-        self.iter_from(1)
+        let mut iter = self.iter_from(1);
+        iter.from_log_start = true;
+        iter
     }
 
     /// Iterates over events with LSN `lsn` and above.
@@ -480,12 +613,20 @@ impl LogReader {
     /// The iterator is not fused: after it returns `None` (the end of what
     /// has been written so far), calling `next` again returns events that a
     /// writer appended meanwhile. [`LogIter::wait_next`] blocks for them.
+    ///
+    /// Fails with `Error::Corrupted` at a frame that fails its checks before
+    /// the writer's durable end (see the module documentation), and with
+    /// `Error::Compacted` when events it must return next are no longer in
+    /// the log: `lsn` lies before the log's first LSN, or compaction deleted
+    /// segments before the iterator reached them. Either error ends it.
     pub fn iter_from(&self, lsn: Lsn) -> LogIter {
         LogIter {
             storage: self.source.storage(),
             source: self.source.clone(),
             salvage: self.salvage,
             next_lsn: lsn,
+            from_log_start: false,
+            removed_segment: None,
             cursor: None,
             layout: Vec::new(),
             buffered: VecDeque::new(),
@@ -524,6 +665,12 @@ pub struct LogIter {
     storage: Arc<dyn Storage>,
     salvage: bool,
     next_lsn: Lsn,
+    /// Until the iterator starts: begin wherever the log begins.
+    from_log_start: bool,
+    /// First LSN of a segment the iterator reads through the handle it
+    /// holds after compaction deleted its file: whatever follows it up to
+    /// the next segment still in the directory is gone.
+    removed_segment: Option<Lsn>,
     cursor: Option<Cursor>,
     layout: Vec<SegmentRef>,
     buffered: VecDeque<Record>,
@@ -593,12 +740,12 @@ impl LogIter {
     fn fill(&mut self) -> Result<bool> {
         let mut refreshed = false;
         if self.layout.is_empty() {
-            self.layout = self.source.layout()?;
+            self.layout = self.source.layout(Some(self.next_lsn))?;
             refreshed = true;
         }
         loop {
             let Some(mut cursor) = self.cursor else {
-                self.cursor = Some(self.start_cursor());
+                self.cursor = Some(self.start_cursor()?);
                 continue;
             };
             match self.step(&mut cursor)? {
@@ -615,6 +762,17 @@ impl LogIter {
                     if cursor.segment + 1 < self.layout.len() {
                         // Every segment before the last one of a layout is sealed.
                         let next = &self.layout[cursor.segment + 1];
+                        if next.first_lsn() > cursor.lsn
+                            && self.removed_segment == Some(cursor.segment_lsn)
+                        {
+                            // The segments after the one held were deleted too.
+                            self.stopped = true;
+                            return Err(Error::Compacted {
+                                store: self.source.dir(),
+                                first_missing: cursor.lsn,
+                                next_present: next.first_lsn(),
+                            });
+                        }
                         if next.first_lsn() != cursor.lsn {
                             let reason = format!(
                                 "segment ends before LSN {} but the next segment starts at LSN {}",
@@ -635,33 +793,81 @@ impl LogIter {
                     if refreshed {
                         return Ok(false);
                     }
-                    self.layout = self.source.layout()?;
+                    let previous = std::mem::replace(
+                        &mut self.layout,
+                        self.source.layout(Some(self.next_lsn))?,
+                    );
                     refreshed = true;
-                    // Find the cursor's segment again; if it is gone (removed
-                    // by compaction or salvage), start over from `next_lsn`.
-                    self.cursor = self
+                    // Find the cursor's segment again.
+                    if let Some(segment) = self
                         .layout
                         .iter()
                         .position(|segment| segment.first_lsn() == cursor.segment_lsn)
-                        .map(|segment| Cursor { segment, ..cursor });
+                    {
+                        self.cursor = Some(Cursor { segment, ..cursor });
+                        continue;
+                    }
+                    // It is gone from the directory: the writer sealed it and
+                    // compaction deleted it. Read the rest of it through the
+                    // handle this iterator holds; it is sealed now (later
+                    // segments exist), so it is read to its end.
+                    let held = match &previous[cursor.segment] {
+                        SegmentRef::Active(active) => SegmentRef::Active(ActiveSegment {
+                            limit: None,
+                            ..active.clone()
+                        }),
+                        sealed => sealed.clone(),
+                    };
+                    let later: Vec<SegmentRef> = std::mem::take(&mut self.layout)
+                        .into_iter()
+                        .filter(|segment| segment.first_lsn() > cursor.segment_lsn)
+                        .collect();
+                    self.layout = std::iter::once(held).chain(later).collect();
+                    self.removed_segment = Some(cursor.segment_lsn);
+                    self.cursor = Some(Cursor {
+                        segment: 0,
+                        ..cursor
+                    });
                 }
             }
         }
     }
 
-    fn start_cursor(&self) -> Cursor {
+    /// Where reading starts: the segment holding `next_lsn`. Fails when the
+    /// log now starts after it (compaction deleted what it asked for),
+    /// unless the iterator reads from wherever the log starts.
+    fn start_cursor(&mut self) -> Result<Cursor> {
+        let Some(first_lsn) = self.layout.first().map(SegmentRef::first_lsn) else {
+            // Every segment file is gone from the directory.
+            self.stopped = true;
+            return Err(Error::NotAStore {
+                path: self.source.dir(),
+            });
+        };
+        if self.next_lsn < first_lsn {
+            if !self.from_log_start {
+                self.stopped = true;
+                return Err(Error::Compacted {
+                    store: self.source.dir(),
+                    first_missing: self.next_lsn,
+                    next_present: first_lsn,
+                });
+            }
+            self.next_lsn = first_lsn;
+        }
+        self.from_log_start = false;
         let index = self
             .layout
             .iter()
             .rposition(|segment| segment.first_lsn() <= self.next_lsn)
             .unwrap_or(0);
-        Cursor {
+        Ok(Cursor {
             segment: index,
             segment_lsn: self.layout[index].first_lsn(),
             offset: SEGMENT_HEADER_BYTES as u64,
             lsn: self.layout[index].first_lsn(),
             chain_crc: None,
-        }
+        })
     }
 
     fn damaged(&mut self, segment: usize, offset: u64, reason: String) -> Result<bool> {
@@ -678,9 +884,19 @@ impl LogIter {
 
     fn step(&mut self, cursor: &mut Cursor) -> Result<Step> {
         let segment = self.layout[cursor.segment].clone();
+        // Every segment before the last one of a layout is sealed.
+        let sealed_segment = cursor.segment + 1 < self.layout.len();
         match segment {
             SegmentRef::Sealed(sealed) => {
-                let bytes = sealed.bytes(self.storage.as_ref())?;
+                let bytes = match sealed.bytes(self.storage.as_ref()) {
+                    Ok(bytes) => bytes,
+                    Err(error) if is_not_found(&error) => {
+                        // Deleted before this iterator could map it.
+                        self.stopped = true;
+                        return Err(self.source.compacted(self.next_lsn));
+                    }
+                    Err(error) => return Err(Error::io("map sealed segment", &sealed.path)(error)),
+                };
                 if cursor.chain_crc.is_none() {
                     match format::decode_segment_header(bytes) {
                         Ok(header) => cursor.chain_crc = Some(header.crc),
@@ -698,11 +914,19 @@ impl LogIter {
                 }
                 Ok(self.take_frame(rest, cursor))
             }
-            SegmentRef::Active(active) => self.step_active(&active, cursor),
+            SegmentRef::Active(active) => self.step_active(&active, cursor, sealed_segment),
         }
     }
 
-    fn step_active(&mut self, active: &ActiveSegment, cursor: &mut Cursor) -> Result<Step> {
+    /// Reads the frame at the cursor of a segment read through its file
+    /// handle: the last segment, or (`sealed`) one that compaction deleted
+    /// after this iterator opened it.
+    fn step_active(
+        &mut self,
+        active: &ActiveSegment,
+        cursor: &mut Cursor,
+        sealed: bool,
+    ) -> Result<Step> {
         let path = &active.path;
         if let Some(limit) = active.limit {
             if cursor.offset >= limit {
@@ -723,19 +947,51 @@ impl LogIter {
         if let Some(limit) = active.limit {
             return self.step_active_buffered(active, cursor, limit);
         }
+        let reason = match self.read_frame_at(active, cursor)? {
+            Ok(step) => return Ok(step),
+            Err(reason) if sealed => return Ok(Step::Damaged(cursor.offset, reason)),
+            Err(reason) => reason,
+        };
+        // Another process writes this segment (or did until it stopped): a
+        // frame that is incomplete or fails its checks may be one it is
+        // writing now, or a torn tail that its next open cuts. Neither is
+        // the case if a later valid frame proves it had been fsynced.
+        if !self.later_frame_proves_durable(active, cursor)? {
+            return Ok(Step::End);
+        }
+        // The writer writes a frame only after the write of the one before
+        // it returned: read it again, in case it was being written the first
+        // time.
+        match self.read_frame_at(active, cursor)? {
+            Ok(Step::Frame) => Ok(Step::Frame),
+            Ok(_) => Ok(Step::Damaged(cursor.offset, reason)),
+            Err(reason) => Ok(Step::Damaged(cursor.offset, reason)),
+        }
+    }
+
+    /// Reads and takes the frame at the cursor with positioned reads:
+    /// `Ok(Frame)`, `Ok(End)` when nothing follows the cursor, `Err(reason)`
+    /// when the bytes there are not a valid next frame.
+    fn read_frame_at(
+        &mut self,
+        active: &ActiveSegment,
+        cursor: &mut Cursor,
+    ) -> Result<Result<Step, String>> {
+        let path = &active.path;
         let mut header = [0u8; FRAME_HEADER_BYTES];
         let read = active
             .file
             .read_at(&mut header, cursor.offset)
             .map_err(Error::io("read segment", path))?;
-        // Another process is writing: an incomplete or failing frame at the
-        // end may simply not be finished yet. If it is really damaged, it is
-        // reported once its segment is sealed.
-        if read < FRAME_HEADER_BYTES {
-            return Ok(Step::End);
+        if read == 0 {
+            return Ok(Ok(Step::End));
         }
-        let Ok(frame_bytes) = format::frame_length_from_header(&header) else {
-            return Ok(Step::End);
+        if read < FRAME_HEADER_BYTES {
+            return Ok(Err("frame header cut short".to_string()));
+        }
+        let frame_bytes = match format::frame_length_from_header(&header) {
+            Ok(length) => length,
+            Err(reason) => return Ok(Err(reason.to_string())),
         };
         let mut frame = vec![0u8; frame_bytes];
         let read = active
@@ -743,12 +999,40 @@ impl LogIter {
             .read_at(&mut frame, cursor.offset)
             .map_err(Error::io("read segment", path))?;
         if read < frame_bytes {
-            return Ok(Step::End);
+            return Ok(Err(format!(
+                "frame of {frame_bytes} bytes cut short at {read} bytes"
+            )));
         }
-        match self.take_frame(&frame, cursor) {
-            Step::Damaged(..) => Ok(Step::End),
+        Ok(match self.take_frame(&frame, cursor) {
+            Step::Damaged(_, reason) => Err(reason),
             step => Ok(step),
+        })
+    }
+
+    /// Whether a valid frame after the cursor carries a durability
+    /// watermark above the cursor's LSN: then the frame at the cursor had
+    /// been written and fsynced before it (recovery's evidence).
+    fn later_frame_proves_durable(
+        &mut self,
+        active: &ActiveSegment,
+        cursor: &Cursor,
+    ) -> Result<bool> {
+        let path = &active.path;
+        let size = active
+            .file
+            .size_bytes()
+            .map_err(Error::io("stat segment", path))?;
+        let from = cursor.offset + 1;
+        if size <= from {
+            return Ok(false);
         }
+        let mut rest = vec![0u8; (size - from) as usize];
+        let read = active
+            .file
+            .read_at(&mut rest, from)
+            .map_err(Error::io("read segment", path))?;
+        rest.truncate(read);
+        Ok(recovery::later_frame_proves_durable(&rest, 0, cursor.lsn))
     }
 
     /// Reads the frame at the cursor of this process's own active segment,
@@ -879,5 +1163,141 @@ impl Iterator for LogIter {
             Ok(false) => None,
             Err(error) => Some(Err(error)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::path::Path;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use super::{LogReader, ReaderOptions};
+    use crate::log::{Durability, Log, LogOptions};
+    use crate::storage::{FileSystem, LockGuard, SealedFile, SharedBytes, Storage, StorageFile};
+
+    /// The real file system, except that the first read of one byte of one
+    /// file returns it changed: what a reader sees of a frame whose write is
+    /// in progress.
+    #[derive(Debug)]
+    struct FirstReadTorn {
+        path: std::path::PathBuf,
+        offset: u64,
+        torn: Arc<AtomicBool>,
+    }
+
+    #[derive(Debug)]
+    struct TornFile {
+        inner: Box<dyn StorageFile>,
+        offset: Option<u64>,
+        torn: Arc<AtomicBool>,
+    }
+
+    impl StorageFile for TornFile {
+        fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            self.inner.write_all_at(buf, offset)
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            let read = self.inner.read_at(buf, offset)?;
+            if let Some(torn) = self.offset {
+                if (offset..offset + read as u64).contains(&torn)
+                    && !self.torn.swap(true, Ordering::SeqCst)
+                {
+                    buf[(torn - offset) as usize] ^= 0xff;
+                }
+            }
+            Ok(read)
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            self.inner.sync_data()
+        }
+        fn sync_all(&self) -> io::Result<()> {
+            self.inner.sync_all()
+        }
+        fn set_len(&self, len: u64) -> io::Result<()> {
+            self.inner.set_len(len)
+        }
+        fn size_bytes(&self) -> io::Result<u64> {
+            self.inner.size_bytes()
+        }
+    }
+
+    impl Storage for FirstReadTorn {
+        fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+            FileSystem.create_dir_all(path)
+        }
+        fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+            FileSystem.list_dir(path)
+        }
+        fn exists(&self, path: &Path) -> bool {
+            FileSystem.exists(path)
+        }
+        fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+            FileSystem.create(path)
+        }
+        fn open_write(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+            FileSystem.open_write(path)
+        }
+        fn open_read(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
+            Ok(Box::new(TornFile {
+                inner: FileSystem.open_read(path)?,
+                offset: (path == self.path).then_some(self.offset),
+                torn: Arc::clone(&self.torn),
+            }))
+        }
+        fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+            FileSystem.rename(from, to)
+        }
+        fn remove_file(&self, path: &Path) -> io::Result<()> {
+            FileSystem.remove_file(path)
+        }
+        fn sync_dir(&self, path: &Path) -> io::Result<()> {
+            FileSystem.sync_dir(path)
+        }
+        fn read_immutable(&self, path: &Path, sealed: SealedFile) -> io::Result<SharedBytes> {
+            FileSystem.read_immutable(path, sealed)
+        }
+        fn try_lock(&self, path: &Path) -> io::Result<LockGuard> {
+            FileSystem.try_lock(path)
+        }
+    }
+
+    #[test]
+    fn a_frame_that_looked_torn_is_read_again_before_it_is_called_corrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        for index in 0..20u32 {
+            log.append_with(&index.to_le_bytes().repeat(8), Durability::Sync)
+                .unwrap();
+        }
+        drop(log);
+        let records: Vec<_> = LogReader::open(dir.path())
+            .unwrap()
+            .iter()
+            .collect::<crate::Result<_>>()
+            .unwrap();
+        // The last byte of the tenth frame reads wrong the first time only;
+        // later frames prove the tenth was durable.
+        let path = dir.path().join(crate::log::segment::segment_file_name(
+            records[9].position.segment,
+        ));
+        let storage = FirstReadTorn {
+            path,
+            offset: records[10].position.offset - 1,
+            torn: Arc::new(AtomicBool::new(false)),
+        };
+        let torn = Arc::clone(&storage.torn);
+        let reader = LogReader::open_with(
+            dir.path(),
+            ReaderOptions {
+                storage: Arc::new(storage),
+                ..ReaderOptions::default()
+            },
+        )
+        .unwrap();
+        let again: Vec<_> = reader.iter().collect::<crate::Result<_>>().unwrap();
+        assert!(torn.load(Ordering::SeqCst), "the torn read happened");
+        assert_eq!(again, records);
     }
 }

@@ -160,7 +160,7 @@ pub(crate) fn frame_follows(
 /// written after them carries a watermark at or below them. A frame whose
 /// watermark is above the damaged LSN proves the damaged bytes had been
 /// fsynced: they were acknowledged, and losing them is corruption.
-fn later_frame_proves_durable(bytes: &[u8], from: usize, damaged_lsn: Lsn) -> bool {
+pub(crate) fn later_frame_proves_durable(bytes: &[u8], from: usize, damaged_lsn: Lsn) -> bool {
     let mut position = from;
     while position + FRAME_HEADER_BYTES <= bytes.len() {
         let window = &bytes[position..];

@@ -36,7 +36,9 @@ pub const DUMP_HELP: &str = r#"Output: one line per event, its JSON form (EVENTS
   {"lsn":1,"type":"conversation_recorded","conversation_id":"ctx_1",...}
 
 Read-only: takes no lock, so it works while a writer appends (it prints what was
-written when it reaches the end).
+written when it reaches the end). A damaged record before the writer's durable end, or
+events that compaction deleted before dump reached them, stop it with exit 1 and the
+located error on stderr, saying after which LSN the output stops.
 
 Example:
   convlog dump ./my-store --conversation ctx_1 --from 100"#;
@@ -307,8 +309,27 @@ pub fn dump(dir: &Path, from: Option<u64>, conversation: Option<&str>) -> Result
     let reader = LogReader::open(dir)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let bar = progress_bar(segment_bytes(dir), "dumping");
-    for record in reader.iter_from(from.unwrap_or(1)) {
-        let record = record?;
+    let records = match from {
+        Some(lsn) => reader.iter_from(lsn),
+        None => reader.iter(),
+    };
+    let mut last_lsn = None;
+    for record in records {
+        let record = match record {
+            Ok(record) => record,
+            Err(error) => {
+                // The lines printed so far are whole, checked events; say
+                // where the output stops so a pipe's reader knows it is short.
+                bar.finish_and_clear();
+                out.flush().or_else(stdout_closed)?;
+                let printed = match last_lsn {
+                    Some(lsn) => format!("the output stops after LSN {lsn}"),
+                    None => "no event was printed".to_string(),
+                };
+                return Err(Failure(format!("{error} ({printed})")));
+            }
+        };
+        last_lsn = Some(record.lsn);
         bar.inc(record.payload.len() as u64);
         let event = convlog::codec::decode_event(&record.payload).map_err(|reason| {
             Failure(format!(

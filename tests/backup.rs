@@ -231,7 +231,7 @@ fn a_torn_write_at_the_end_of_the_source_is_not_copied() {
     let last = common::segment_paths(source.path()).pop().unwrap();
     let mut bytes = std::fs::read(&last).unwrap();
     let whole = bytes.len();
-    bytes.extend_from_slice(&bytes[whole - 40..whole - 10].to_vec());
+    bytes.extend_from_within(whole - 40..whole - 10);
     std::fs::write(&last, &bytes).unwrap();
 
     let place = tempfile::tempdir().unwrap();

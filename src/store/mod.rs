@@ -13,6 +13,7 @@
 //! ([`Store::compact`]) may then delete the segments a snapshot covers, if
 //! the retention policy allows (the default keeps the whole log for audit).
 
+pub mod backup;
 pub mod snapshot;
 
 use std::any::TypeId;
@@ -29,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::log::{Durability, Log, LogOptions, LogReader, Lsn, Position, RecoveryReport};
 use crate::model::Event;
 use crate::reducer::{self, ErasedReducer, HostSlot, Reducer};
+pub use backup::{backup, BackupReport};
 use snapshot::LoadedSnapshot;
 
 /// What compaction may delete.

@@ -110,7 +110,7 @@ impl From<ProviderError> for Failure {
     }
 }
 
-fn row(label: &str, value: impl std::fmt::Display) {
+pub fn row(label: &str, value: impl std::fmt::Display) {
     println!("{label:<LABEL_WIDTH$}{value}");
 }
 

@@ -7,6 +7,7 @@
 //! offset, or the input line and field, at fault), 2 usage error.
 
 mod audit;
+mod backup;
 mod commands;
 mod control;
 mod demo;
@@ -31,6 +32,7 @@ use clap::{Parser, Subcommand, ValueEnum};
   convlog export ./my-store --conversation ctx_1 --format openai   # the rebuilt request body
   convlog inspect ./my-store --conversation ctx_1   # a readable timeline of a conversation
   convlog tail ./my-store --follow           # events as a writer appends them
+  convlog backup ./my-store ./my-backup      # a verified copy, beside a running writer
   convlog demo                               # crash a writer mid-run and recover
 
 Exit codes: 0 success, 1 failure, 2 usage error. CONVLOG_LOG=info shows recovery notes."
@@ -108,6 +110,15 @@ enum Command {
         /// is deleted.
         #[arg(long)]
         delete_covered: bool,
+    },
+    /// Copy a store into a new directory beside its running writer, and
+    /// verify the copy.
+    #[command(after_help = backup::BACKUP_HELP)]
+    Backup {
+        /// The store directory.
+        store: PathBuf,
+        /// The backup directory (new, or empty).
+        dest: PathBuf,
     },
     /// Print counters of a store: segments, LSN range, conversations,
     /// snapshot, index size.
@@ -283,6 +294,7 @@ fn main() -> ExitCode {
             delete_covered,
         } => commands::compact(&store, delete_covered),
         Command::Stats { store } => commands::stats(&store),
+        Command::Backup { store, dest } => backup::backup(&store, &dest),
         Command::Resume {
             store,
             conversation,

@@ -67,6 +67,11 @@ enum Command {
         /// The fsync interval of --durability periodic, in milliseconds.
         #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
         interval_ms: Option<u64>,
+        /// Create the store even if the directory exists and holds other
+        /// files (by default a store is created only in a new or empty
+        /// directory).
+        #[arg(long)]
+        create_in_nonempty: bool,
     },
     /// Print every event as one JSON line with its "lsn", in LSN order.
     #[command(after_help = commands::DUMP_HELP)]
@@ -208,6 +213,11 @@ enum Command {
         /// Anyone may use the context, not only its owner.
         #[arg(long)]
         public: bool,
+        /// Create the store even if the directory exists and holds other
+        /// files (by default a store is created only in a new or empty
+        /// directory).
+        #[arg(long)]
+        create_in_nonempty: bool,
     },
     /// Append the seed's JSON message list (stdin) to a context, validated,
     /// atomically; print the context.
@@ -267,9 +277,10 @@ fn main() -> ExitCode {
             store,
             durability,
             interval_ms,
+            create_in_nonempty,
         } => {
             let durability = durability_of(durability, interval_ms);
-            commands::append(&store, durability)
+            commands::append(&store, durability, create_in_nonempty)
         }
         Command::Dump {
             store,
@@ -337,6 +348,7 @@ fn main() -> ExitCode {
             conversation,
             as_user,
             public,
+            create_in_nonempty,
         } => {
             if as_user.is_none() && !public {
                 usage_error(
@@ -345,7 +357,7 @@ fn main() -> ExitCode {
                     "a context created without --as has no owner and must be --public",
                 );
             }
-            control::create_context(&store, &conversation, as_user, public)
+            control::create_context(&store, &conversation, as_user, public, create_in_nonempty)
         }
         Command::AddMessages {
             store,

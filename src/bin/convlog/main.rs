@@ -59,7 +59,8 @@ enum Command {
     /// print the LSN of each, one per line.
     #[command(after_help = commands::APPEND_HELP)]
     Append {
-        /// The store directory (created if it does not exist).
+        /// The store directory (a store is created in it if it is missing or
+        /// empty).
         store: PathBuf,
         /// When an event is acknowledged (its LSN printed).
         #[arg(long, value_enum, default_value_t = DurabilityArg::Group)]
@@ -201,7 +202,8 @@ enum Command {
     /// add-messages and set-messages.
     #[command(after_help = control::CREATE_CONTEXT_HELP)]
     CreateContext {
-        /// The store directory (created if it does not exist).
+        /// The store directory (a store is created in it if it is missing or
+        /// empty).
         store: PathBuf,
         /// The context (conversation) id.
         #[arg(long, value_name = "ID")]

@@ -142,6 +142,31 @@ pub enum Error {
         /// The first LSN the log still holds after the gap.
         next_present: u64,
     },
+    /// A store was to be created in a directory that holds other files and
+    /// no store. Nothing was written. A store is created only in a missing
+    /// or empty directory, unless `LogOptions::create_in_nonempty_dir`.
+    #[error("{path} is not empty and holds no convlog store (it holds {}); a store is created only in a new or empty directory", listing(.entries, *.total))]
+    DirectoryNotEmpty {
+        /// The directory.
+        path: PathBuf,
+        /// The first few of its entries, in name order.
+        entries: Vec<String>,
+        /// How many entries it holds.
+        total: usize,
+    },
+}
+
+/// `a, b and 3 more`: some names of a directory's entries.
+fn listing(entries: &[String], total: usize) -> String {
+    let names = entries
+        .iter()
+        .map(|name| format!("{name:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match total.saturating_sub(entries.len()) {
+        0 => names,
+        more => format!("{names} and {more} more"),
+    }
 }
 
 /// `Result` with convlog's [`Error`].

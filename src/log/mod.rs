@@ -32,9 +32,10 @@ pub mod segment;
 mod writer;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -49,8 +50,13 @@ pub use writer::WriterStats;
 /// and are gap-free and increasing.
 pub type Lsn = u64;
 
-/// Name of the lock file in a store directory.
+/// Name of the lock file in a store directory. The writer locks the store
+/// directory itself and this file (see [`Log::open`]).
 pub const LOCK_FILE_NAME: &str = "LOCK";
+
+/// How many entries of a non-empty directory [`Error::DirectoryNotEmpty`]
+/// names.
+pub const DIRECTORY_ENTRIES_LISTED_MAX: usize = 5;
 
 /// When an append is acknowledged, relative to making it durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,9 +71,11 @@ pub enum Durability {
     Group,
     /// Acknowledged once written to the operating system; a background
     /// thread fsyncs every interval. A process crash loses nothing
-    /// acknowledged; a machine crash can lose up to one interval. The thread
-    /// runs only when this is the log's default policy (`LogOptions`); used
-    /// per append on another log, it acts as `None`.
+    /// acknowledged; a machine crash can lose up to one interval (plus the
+    /// time of one fsync). The thread starts when the log opens with this as
+    /// its default policy, or at the first append that asks for it (then
+    /// that append fails if the thread cannot start); it runs at the
+    /// shortest interval any append or the default has asked for.
     Periodic(Duration),
     /// Acknowledged once written to the operating system; durable only after
     /// [`Log::sync`]. A process crash loses nothing acknowledged; a machine
@@ -96,6 +104,11 @@ pub struct LogOptions {
     /// Sealed segments whose events all precede this LSN are checked by
     /// header only on open (a snapshot covers them). Default 1: check all.
     pub full_check_from_lsn: Lsn,
+    /// Create the store in an existing directory that holds other files.
+    /// Off by default: a store is created only in a missing or empty
+    /// directory, and any other directory that is not already a store fails
+    /// with [`Error::DirectoryNotEmpty`].
+    pub create_in_nonempty_dir: bool,
     /// The storage to use (the real file system by default).
     pub storage: Arc<dyn Storage>,
 }
@@ -109,6 +122,7 @@ impl Default for LogOptions {
             pipelined: false,
             salvage: false,
             full_check_from_lsn: 1,
+            create_in_nonempty_dir: false,
             storage: Arc::new(FileSystem),
         }
     }
@@ -126,20 +140,18 @@ impl LogOptions {
                 format::SEGMENT_BYTES_LIMIT
             )));
         }
-        if let Durability::Periodic(interval) = self.durability {
-            if interval.is_zero() {
-                return Err(Error::InvalidArgument(
-                    "Durability::Periodic needs a non-zero interval".to_string(),
-                ));
-            }
-        }
-        Ok(())
+        check_durability(self.durability)
     }
 }
 
-struct Periodic {
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    thread: Option<JoinHandle<()>>,
+/// Fails for a durability that can never be valid (a zero interval).
+fn check_durability(durability: Durability) -> Result<()> {
+    match durability {
+        Durability::Periodic(interval) if interval.is_zero() => Err(Error::InvalidArgument(
+            "Durability::Periodic needs a non-zero interval".to_string(),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The writer of a store: the one handle that appends. Share it between
@@ -149,8 +161,14 @@ pub struct Log {
     view: Arc<reader::SharedView>,
     report: RecoveryReport,
     durability: Durability,
-    periodic: Option<Periodic>,
-    _lock: LockGuard,
+    /// The periodic sync thread, once started.
+    syncer: Mutex<Option<Syncer>>,
+    /// Its interval in nanoseconds (0 while there is none): lets a
+    /// `Periodic` append skip the mutex when the thread already runs at
+    /// least as often as it asks.
+    syncer_interval_nanos: AtomicU64,
+    /// The store directory's lock, then the `LOCK` file's.
+    _locks: [LockGuard; 2],
 }
 
 impl std::fmt::Debug for Log {
@@ -166,7 +184,12 @@ impl std::fmt::Debug for Log {
 impl Log {
     /// Opens (or creates) the store at `dir` for writing.
     ///
-    /// Takes the store's lock (`Error::Locked` if another writer has it),
+    /// Creates `dir` if it is missing. Takes the store's lock
+    /// (`Error::Locked` if another writer has it): an OS lock on the store
+    /// directory itself, which no change to the files in it can release,
+    /// and one on its `LOCK` file, which older convlog versions take. A
+    /// directory that holds other files but no store is refused with
+    /// `Error::DirectoryNotEmpty` (unless `create_in_nonempty_dir`). Then
     /// removes leftovers of interrupted segment creation, checks the sealed
     /// segments, and cuts a torn tail off the last one. Corruption fails with
     /// `Error::Corrupted` naming segment and offset, unless `salvage` is on.
@@ -175,15 +198,13 @@ impl Log {
         let dir = dir.as_ref().to_path_buf();
         let storage = Arc::clone(&options.storage);
         create_store_directory(storage.as_ref(), &dir)?;
-        let lock = storage
-            .try_lock(&dir.join(LOCK_FILE_NAME))
-            .map_err(|error| {
-                if error.kind() == std::io::ErrorKind::WouldBlock {
-                    Error::Locked { path: dir.clone() }
-                } else {
-                    Error::io("lock store", dir.join(LOCK_FILE_NAME))(error)
-                }
-            })?;
+        let directory_lock = take_lock(storage.as_ref(), &dir, &dir)?;
+        // Checked under the directory's lock: no other convlog writer can be
+        // creating a store here meanwhile.
+        if !options.create_in_nonempty_dir {
+            check_store_directory(storage.as_ref(), &dir)?;
+        }
+        let file_lock = take_lock(storage.as_ref(), &dir.join(LOCK_FILE_NAME), &dir)?;
         let recovered = recovery::recover(
             storage.as_ref(),
             &dir,
@@ -212,20 +233,17 @@ impl Log {
             &recovered,
             Arc::clone(&view),
         ));
-        let periodic = match options.durability {
-            Durability::Periodic(interval) => {
-                Some(start_periodic_sync(Arc::downgrade(&writer), interval))
-            }
-            _ => None,
-        };
-        Ok(Log {
+        let log = Log {
             writer,
             view,
             report: recovered.report,
             durability: options.durability,
-            periodic,
-            _lock: lock,
-        })
+            syncer: Mutex::new(None),
+            syncer_interval_nanos: AtomicU64::new(0),
+            _locks: [directory_lock, file_lock],
+        };
+        log.prepare(options.durability)?;
+        Ok(log)
     }
 
     /// Appends one event with the log's default durability; returns its LSN.
@@ -234,7 +252,13 @@ impl Log {
     }
 
     /// Appends one event with the given durability; returns its LSN.
+    ///
+    /// `Durability::Periodic` starts the periodic sync thread if it does not
+    /// run yet, or makes it run more often if it runs at a longer interval;
+    /// if the thread cannot start, nothing is appended and the error is
+    /// returned.
     pub fn append_with(&self, payload: &[u8], durability: Durability) -> Result<Lsn> {
+        self.prepare(durability)?;
         Ok(self.writer.append(&[payload], durability)?.0.start)
     }
 
@@ -249,6 +273,7 @@ impl Log {
         payloads: &[P],
         durability: Durability,
     ) -> Result<std::ops::Range<Lsn>> {
+        self.prepare(durability)?;
         Ok(self.writer.append(payloads, durability)?.0)
     }
 
@@ -259,12 +284,59 @@ impl Log {
         payloads: &[P],
         durability: Durability,
     ) -> Result<(std::ops::Range<Lsn>, Position)> {
+        self.prepare(durability)?;
         self.writer.append(payloads, durability)
     }
 
     /// The durability appends get by default.
     pub fn durability(&self) -> Durability {
         self.durability
+    }
+
+    /// The interval of the periodic sync thread, if it runs: the shortest
+    /// interval of `Durability::Periodic` asked for since the log opened.
+    pub fn periodic_sync_interval(&self) -> Option<Duration> {
+        self.syncer
+            .lock()
+            .as_ref()
+            .map(|syncer| syncer.shared.state.lock().interval)
+    }
+
+    /// Checks `durability` and, for `Periodic`, makes sure the sync thread
+    /// runs at least that often: starts it, or shortens its interval.
+    fn prepare(&self, durability: Durability) -> Result<()> {
+        check_durability(durability)?;
+        let Durability::Periodic(interval) = durability else {
+            return Ok(());
+        };
+        let nanos = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+        let running = self.syncer_interval_nanos.load(Ordering::Acquire);
+        if running != 0 && running <= nanos {
+            return Ok(());
+        }
+        let mut syncer = self.syncer.lock();
+        match syncer.as_ref() {
+            Some(syncer) => {
+                let mut state = syncer.shared.state.lock();
+                if interval < state.interval {
+                    state.interval = interval;
+                    syncer.shared.wake.notify_all();
+                }
+            }
+            None => {
+                *syncer = Some(Syncer::start(
+                    Arc::downgrade(&self.writer),
+                    interval,
+                    self.dir(),
+                )?)
+            }
+        }
+        self.syncer_interval_nanos
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |running| {
+                (running == 0 || nanos < running).then_some(nanos)
+            })
+            .ok();
+        Ok(())
     }
 
     /// Deletes every sealed segment whose events all precede `lsn` (a
@@ -386,41 +458,135 @@ fn create_store_directory(storage: &dyn Storage, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn start_periodic_sync(writer: Weak<writer::Writer>, interval: Duration) -> Periodic {
-    let stop = Arc::new((Mutex::new(false), Condvar::new()));
-    let thread_stop = Arc::clone(&stop);
-    let thread = std::thread::Builder::new()
-        .name("convlog-periodic-sync".to_string())
-        .spawn(move || loop {
+/// Takes the lock on `path` (the store directory or its `LOCK` file) for
+/// the writer of the store at `dir`.
+fn take_lock(storage: &dyn Storage, path: &Path, dir: &Path) -> Result<LockGuard> {
+    storage.try_lock(path).map_err(|error| {
+        if error.kind() == std::io::ErrorKind::WouldBlock {
+            Error::Locked {
+                path: dir.to_path_buf(),
+            }
+        } else {
+            Error::io("lock store", path)(error)
+        }
+    })
+}
+
+/// Whether `name` is an entry a store directory holds (`docs/format.md`,
+/// section 1): the lock file, a segment or a segment being created, the
+/// poisoned marker, the snapshot or the quarantine directory.
+fn is_store_entry(name: &str) -> bool {
+    let segment_or_temporary = name.strip_suffix(segment::TEMPORARY_SUFFIX).unwrap_or(name);
+    name == LOCK_FILE_NAME
+        || name == recovery::POISONED_MARKER
+        || name == recovery::QUARANTINE_DIR
+        || name == crate::store::snapshot::SNAPSHOT_DIR
+        || segment::parse_segment_file_name(segment_or_temporary).is_some()
+}
+
+/// Fails unless `dir` is empty or already holds a store: a store is never
+/// created among unrelated files.
+fn check_store_directory(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    let mut names = storage
+        .list_dir(dir)
+        .map_err(Error::io("list store directory", dir))?;
+    if names.is_empty() || names.iter().any(|name| is_store_entry(name)) {
+        return Ok(());
+    }
+    names.sort();
+    let total = names.len();
+    names.truncate(DIRECTORY_ENTRIES_LISTED_MAX);
+    Err(Error::DirectoryNotEmpty {
+        path: dir.to_path_buf(),
+        entries: names,
+        total,
+    })
+}
+
+/// The thread of `Durability::Periodic`: fsyncs the log every interval.
+struct Syncer {
+    shared: Arc<SyncerShared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct SyncerShared {
+    state: Mutex<SyncerState>,
+    wake: Condvar,
+}
+
+struct SyncerState {
+    /// The shortest interval asked for so far.
+    interval: Duration,
+    stopped: bool,
+}
+
+impl Syncer {
+    /// Starts the thread; an error if the system cannot start it.
+    fn start(writer: Weak<writer::Writer>, interval: Duration, dir: &Path) -> Result<Syncer> {
+        let shared = Arc::new(SyncerShared {
+            state: Mutex::new(SyncerState {
+                interval,
+                stopped: false,
+            }),
+            wake: Condvar::new(),
+        });
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("convlog-periodic-sync".to_string())
+            .spawn(move || Syncer::run(&thread_shared, &writer))
+            .map_err(Error::io("start the periodic sync thread of store", dir))?;
+        Ok(Syncer {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    fn run(shared: &SyncerShared, writer: &Weak<writer::Writer>) {
+        loop {
             {
-                let (stopped, wake) = &*thread_stop;
-                let mut stopped = stopped.lock();
-                if !*stopped {
-                    wake.wait_for(&mut stopped, interval);
-                }
-                if *stopped {
-                    return;
+                let mut state = shared.state.lock();
+                let started = Instant::now();
+                // Wait one interval; a shorter interval asked for meanwhile
+                // takes effect at once.
+                loop {
+                    if state.stopped {
+                        return;
+                    }
+                    match started.checked_add(state.interval) {
+                        Some(due) if Instant::now() >= due => break,
+                        Some(due) => {
+                            shared.wake.wait_until(&mut state, due);
+                        }
+                        None => shared.wake.wait(&mut state),
+                    }
                 }
             }
             let Some(writer) = writer.upgrade() else {
                 return;
             };
-            if writer.sync().is_err() {
+            if let Err(error) = writer.sync() {
+                // A failed sync poisoned the writer: every later append and
+                // sync returns that error, so nothing is acknowledged as if
+                // this thread still ran.
+                tracing::error!(error = %error, "periodic sync stopped");
                 return;
             }
-        })
-        .ok();
-    Periodic { stop, thread }
+        }
+    }
+
+    fn stop(&mut self) {
+        self.shared.state.lock().stopped = true;
+        self.shared.wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl Drop for Log {
     fn drop(&mut self) {
-        if let Some(mut periodic) = self.periodic.take() {
-            *periodic.stop.0.lock() = true;
-            periodic.stop.1.notify_all();
-            if let Some(thread) = periodic.thread.take() {
-                let _ = thread.join();
-            }
+        if let Some(mut syncer) = self.syncer.get_mut().take() {
+            syncer.stop();
         }
         if !self.writer.is_poisoned() {
             // Best effort: appends under None or Periodic become durable on a

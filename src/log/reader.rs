@@ -1223,7 +1223,10 @@ mod tests {
         }
     }
 
-    impl Storage for FirstReadTorn {
+    // SAFETY: every method delegates to `FileSystem` with the same path;
+    // only one read of the active segment is altered.
+    #[allow(unsafe_code)]
+    unsafe impl Storage for FirstReadTorn {
         fn create_dir_all(&self, path: &Path) -> io::Result<()> {
             FileSystem.create_dir_all(path)
         }

@@ -20,10 +20,24 @@ pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
 /// Proof that a path names a sealed segment: a file convlog will never
 /// modify, extend or truncate again (see `UNSAFE.md`).
 ///
-/// Only convlog's log can create one, so code outside the crate cannot ask
-/// [`FileSystem`] to map an arbitrary (possibly changing) file. Other
-/// `Storage` implementations receive it and may ignore it.
-#[derive(Debug, Clone, Copy)]
+/// Only convlog's log can create one (`assert_sealed` is crate-private), so
+/// code outside the crate cannot ask [`FileSystem`] to map a file of its
+/// choosing. The token is neither `Copy` nor `Clone`: each one is consumed by
+/// the one [`Storage::read_immutable`] call it was made for, so a storage
+/// that receives it cannot keep a copy for another file.
+///
+/// ```compile_fail,E0599
+/// // A token cannot be duplicated ...
+/// fn duplicate(token: &convlog::storage::SealedFile) -> convlog::storage::SealedFile {
+///     token.clone()
+/// }
+/// ```
+///
+/// ```compile_fail,E0451
+/// // ... nor made outside convlog.
+/// let token = convlog::storage::SealedFile { _private: () };
+/// ```
+#[derive(Debug)]
 pub struct SealedFile {
     _private: (),
 }
@@ -56,7 +70,46 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
 }
 
 /// The file operations of a store directory.
-pub trait Storage: Send + Sync + fmt::Debug {
+///
+/// # Safety
+///
+/// This trait is `unsafe` to implement because convlog trusts what
+/// [`Storage::read_immutable`] does with the [`SealedFile`] it passes: the
+/// real [`FileSystem`] memory-maps the file, and a map of a file that
+/// changes or shrinks while it is mapped is undefined behaviour (`UNSAFE.md`).
+/// An implementation must:
+///
+/// - pass a `SealedFile` it receives only to another storage's
+///   `read_immutable` for the same file, the one convlog asked for (a
+///   wrapper that delegates every method to [`FileSystem`] with the same
+///   paths keeps this);
+/// - give every other method the meaning documented on it, over the same
+///   files `read_immutable` reads, so that a file convlog knows to be sealed
+///   (it has a successor segment, and convlog never writes, truncates or
+///   extends it again) is not changed through the storage either.
+///
+/// ```compile_fail,E0200
+/// // A storage implemented without `unsafe impl` does not compile.
+/// use std::{io, path::Path};
+/// use convlog::storage::*;
+/// #[derive(Debug)]
+/// struct Mine;
+/// impl Storage for Mine {
+///     fn create_dir_all(&self, _: &Path) -> io::Result<()> { todo!() }
+///     fn list_dir(&self, _: &Path) -> io::Result<Vec<String>> { todo!() }
+///     fn exists(&self, _: &Path) -> bool { todo!() }
+///     fn create(&self, _: &Path) -> io::Result<Box<dyn StorageFile>> { todo!() }
+///     fn open_write(&self, _: &Path) -> io::Result<Box<dyn StorageFile>> { todo!() }
+///     fn open_read(&self, _: &Path) -> io::Result<Box<dyn StorageFile>> { todo!() }
+///     fn rename(&self, _: &Path, _: &Path) -> io::Result<()> { todo!() }
+///     fn remove_file(&self, _: &Path) -> io::Result<()> { todo!() }
+///     fn sync_dir(&self, _: &Path) -> io::Result<()> { todo!() }
+///     fn read_immutable(&self, _: &Path, _: SealedFile) -> io::Result<SharedBytes> { todo!() }
+///     fn try_lock(&self, _: &Path) -> io::Result<LockGuard> { todo!() }
+/// }
+/// ```
+#[allow(unsafe_code)]
+pub unsafe trait Storage: Send + Sync + fmt::Debug {
     /// Creates a directory and its parents.
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Names of the entries in a directory.
@@ -79,7 +132,12 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// (a sealed segment, vouched for by `sealed`). The real implementation
     /// maps it read-only.
     fn read_immutable(&self, path: &Path, sealed: SealedFile) -> io::Result<SharedBytes>;
-    /// Takes the exclusive writer lock on `path` without waiting.
+    /// Takes an exclusive lock on the file or directory at `path` without
+    /// waiting, creating a missing file (never a directory). The lock
+    /// belongs to what `path` names at the moment of the call: removing,
+    /// renaming or replacing the name later neither releases it nor lets
+    /// anyone else take it. It is held until the guard is dropped, and
+    /// excludes every other holder, in this process or another.
     /// Fails with `io::ErrorKind::WouldBlock` when someone else holds it.
     fn try_lock(&self, path: &Path) -> io::Result<LockGuard>;
 }
@@ -139,7 +197,12 @@ struct RealLock {
     _path: PathBuf,
 }
 
-impl Storage for FileSystem {
+// SAFETY: `read_immutable` maps only the path it is given, with the token
+// convlog made for that path; every other method is the plain `std::fs`
+// operation on the same file system, so a file convlog knows to be sealed
+// is not changed through this storage.
+#[allow(unsafe_code)]
+unsafe impl Storage for FileSystem {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         std::fs::create_dir_all(path)
     }
@@ -203,12 +266,19 @@ impl Storage for FileSystem {
     }
 
     fn try_lock(&self, path: &Path) -> io::Result<LockGuard> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        // `flock(2)` locks the open file description of the inode the path
+        // names now, so unlinking or replacing the name does not release it.
+        // A directory is opened read-only, which is all `flock` needs.
+        let file = if std::fs::metadata(path).is_ok_and(|metadata| metadata.is_dir()) {
+            std::fs::File::open(path)?
+        } else {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)?
+        };
         match file.try_lock() {
             Ok(()) => Ok(Box::new(RealLock {
                 _file: file,

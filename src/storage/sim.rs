@@ -971,7 +971,10 @@ impl Drop for SimLock {
     }
 }
 
-impl Storage for SimStorage {
+// SAFETY: `read_immutable` returns a copy of the bytes, never a map, and
+// never passes its token on: nothing it returns can change.
+#[allow(unsafe_code)]
+unsafe impl Storage for SimStorage {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         self.shared.disk.lock().create_dir_all(path)
     }
@@ -1036,9 +1039,10 @@ impl Storage for SimStorage {
             ));
         }
         {
-            // Like the real lock, create the lock file if it is missing.
+            // Like the real lock, create a missing lock file (never a
+            // directory); a directory is locked as it is.
             let mut disk = self.shared.disk.lock();
-            if !disk.current.contains_key(path) {
+            if !is_dir(&disk.current, path) && !disk.current.contains_key(path) {
                 disk.create(path)?;
             }
         }
@@ -1127,6 +1131,23 @@ mod tests {
         assert_eq!(error.kind(), io::ErrorKind::WouldBlock);
         drop(guard);
         storage.try_lock(&path("/LOCK")).unwrap();
+    }
+
+    #[test]
+    fn a_lock_outlives_its_name() {
+        let storage = SimStorage::new(4);
+        storage.create_dir_all(&path("/store")).unwrap();
+        let directory = storage.try_lock(&path("/store")).unwrap();
+        let file = storage.try_lock(&path("/store/LOCK")).unwrap();
+        // Locking a directory creates nothing in it.
+        assert_eq!(storage.list_dir(&path("/store")).unwrap(), ["LOCK"]);
+        storage.remove_file(&path("/store/LOCK")).unwrap();
+        for locked in ["/store", "/store/LOCK"] {
+            let error = storage.try_lock(&path(locked)).unwrap_err();
+            assert_eq!(error.kind(), io::ErrorKind::WouldBlock, "{locked}");
+        }
+        drop((directory, file));
+        storage.try_lock(&path("/store")).unwrap();
     }
 
     #[test]

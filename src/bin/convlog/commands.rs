@@ -87,7 +87,12 @@ pub struct Failure(pub String);
 
 impl From<Error> for Failure {
     fn from(error: Error) -> Failure {
-        Failure(error.to_string())
+        match error {
+            Error::DirectoryNotEmpty { .. } => Failure(format!(
+                "{error}; pass --create-in-nonempty to create it there anyway"
+            )),
+            other => Failure(other.to_string()),
+        }
     }
 }
 
@@ -151,12 +156,13 @@ fn lsn_range(first_lsn: u64, next_lsn: u64) -> String {
 }
 
 /// `convlog append STORE`.
-pub fn append(dir: &Path, durability: Durability) -> Result<(), Failure> {
+pub fn append(dir: &Path, durability: Durability, create_in_nonempty: bool) -> Result<(), Failure> {
     let store = open_store(
         dir,
         StoreOptions {
             log: LogOptions {
                 durability,
+                create_in_nonempty_dir: create_in_nonempty,
                 ..LogOptions::default()
             },
             ..StoreOptions::default()

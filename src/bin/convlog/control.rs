@@ -76,11 +76,10 @@ fn principal(as_user: Option<String>) -> Principal {
 }
 
 /// Message control over the store at `dir`.
-fn control(dir: &Path) -> Result<MessageControl, Failure> {
-    Ok(MessageControl::new(Arc::new(open_store(
-        dir,
-        StoreOptions::default(),
-    )?)))
+fn control(dir: &Path, create_in_nonempty: bool) -> Result<MessageControl, Failure> {
+    let mut options = StoreOptions::default();
+    options.log.create_in_nonempty_dir = create_in_nonempty;
+    Ok(MessageControl::new(Arc::new(open_store(dir, options)?)))
 }
 
 /// `convlog create-context STORE --conversation ID [--as USER] [--public]`.
@@ -89,8 +88,9 @@ pub fn create_context(
     conversation: &str,
     as_user: Option<String>,
     public: bool,
+    create_in_nonempty: bool,
 ) -> Result<(), Failure> {
-    let control = control(dir)?;
+    let control = control(dir, create_in_nonempty)?;
     let info = control.create_context(&principal(as_user), conversation, public)?;
     print_json(&info)
 }
@@ -123,7 +123,7 @@ pub fn change_messages(
 ) -> Result<(), Failure> {
     existing_store(dir)?;
     let messages = read_messages(conversation)?;
-    let control = control(dir)?;
+    let control = control(dir, false)?;
     let principal = principal(as_user);
     let applied = match change {
         Change::Add => control.add_messages(&principal, conversation, &messages)?,

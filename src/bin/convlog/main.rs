@@ -61,7 +61,8 @@ enum Command {
     /// print the LSN of each, one per line.
     #[command(after_help = commands::APPEND_HELP)]
     Append {
-        /// The store directory (created if it does not exist).
+        /// The store directory (a store is created in it if it is missing or
+        /// empty).
         store: PathBuf,
         /// When an event is acknowledged (its LSN printed).
         #[arg(long, value_enum, default_value_t = DurabilityArg::Group)]
@@ -69,6 +70,11 @@ enum Command {
         /// The fsync interval of --durability periodic, in milliseconds.
         #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
         interval_ms: Option<u64>,
+        /// Create the store even if the directory exists and holds other
+        /// files (by default a store is created only in a new or empty
+        /// directory).
+        #[arg(long)]
+        create_in_nonempty: bool,
     },
     /// Print every event as one JSON line with its "lsn", in LSN order.
     #[command(after_help = commands::DUMP_HELP)]
@@ -207,7 +213,8 @@ enum Command {
     /// add-messages and set-messages.
     #[command(after_help = control::CREATE_CONTEXT_HELP)]
     CreateContext {
-        /// The store directory (created if it does not exist).
+        /// The store directory (a store is created in it if it is missing or
+        /// empty).
         store: PathBuf,
         /// The context (conversation) id.
         #[arg(long, value_name = "ID")]
@@ -219,6 +226,11 @@ enum Command {
         /// Anyone may use the context, not only its owner.
         #[arg(long)]
         public: bool,
+        /// Create the store even if the directory exists and holds other
+        /// files (by default a store is created only in a new or empty
+        /// directory).
+        #[arg(long)]
+        create_in_nonempty: bool,
     },
     /// Append the seed's JSON message list (stdin) to a context, validated,
     /// atomically; print the context.
@@ -278,9 +290,10 @@ fn main() -> ExitCode {
             store,
             durability,
             interval_ms,
+            create_in_nonempty,
         } => {
             let durability = durability_of(durability, interval_ms);
-            commands::append(&store, durability)
+            commands::append(&store, durability, create_in_nonempty)
         }
         Command::Dump {
             store,
@@ -349,6 +362,7 @@ fn main() -> ExitCode {
             conversation,
             as_user,
             public,
+            create_in_nonempty,
         } => {
             if as_user.is_none() && !public {
                 usage_error(
@@ -357,7 +371,7 @@ fn main() -> ExitCode {
                     "a context created without --as has no owner and must be --public",
                 );
             }
-            control::create_context(&store, &conversation, as_user, public)
+            control::create_context(&store, &conversation, as_user, public, create_in_nonempty)
         }
         Command::AddMessages {
             store,

@@ -256,18 +256,27 @@ impl Ordered {
         while let Some(events) = self.pending.remove(&self.next_lsn) {
             for event in events {
                 let lsn = self.next_lsn;
-                let event = Arc::new(event);
+                // Shared with the notifications only when someone observes.
+                let (shared, owned) = if observed {
+                    (Some(Arc::new(event)), None)
+                } else {
+                    (None, Some(event))
+                };
+                let event: &Event = match (&shared, &owned) {
+                    (Some(shared), _) => shared,
+                    (None, owned) => owned.as_ref().expect("one of the two is set"),
+                };
                 for (_, slot) in &mut self.hosts {
-                    if let Err(error) = slot.apply(&event, lsn) {
+                    if let Err(error) = slot.apply(event, lsn) {
                         self.stopped = true;
                         self.pending.clear();
                         return Err(error);
                     }
-                    if observed && !slot.observers.is_empty() {
+                    if let (Some(shared), false) = (&shared, slot.observers.is_empty()) {
                         notes.push(Notification {
                             reducer: Arc::clone(&slot.name),
                             slice: Arc::clone(&slot.slice),
-                            event: Arc::clone(&event),
+                            event: Arc::clone(shared),
                             lsn,
                             observers: Arc::clone(&slot.observers),
                         });

@@ -142,6 +142,7 @@ pub enum Error {
         /// The first LSN the log still holds after the gap.
         next_present: u64,
     },
+
     /// A store was to be created in a directory that holds other files and
     /// no store. Nothing was written. A store is created only in a missing
     /// or empty directory, unless `LogOptions::create_in_nonempty_dir`.
@@ -153,6 +154,22 @@ pub enum Error {
         entries: Vec<String>,
         /// How many entries it holds.
         total: usize,
+    },
+
+    /// A host reducer, or an observer of one, panicked. The panic was caught
+    /// and the store poisoned: host slices are no longer served and appends
+    /// are refused (events already committed stay in the log). Fix the
+    /// reducer and reopen the store.
+    #[error("{} {reducer:?} panicked at LSN {lsn}: {message}; the store serves no host slices and accepts no appends until it is reopened", if *.observer { "an observer of host reducer" } else { "host reducer" })]
+    ReducerPanicked {
+        /// The reducer's name (`Reducer::name`).
+        reducer: String,
+        /// Whether it was one of the reducer's observers, not the reducer.
+        observer: bool,
+        /// The LSN of the event being folded or observed.
+        lsn: u64,
+        /// The panic's message.
+        message: String,
     },
 }
 

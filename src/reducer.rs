@@ -8,13 +8,23 @@
 //!
 //! A reducer must be pure and deterministic: no I/O, no clock, no
 //! randomness. Snapshot + tail replay must equal a full replay.
+//!
+//! A reducer (or an observer) that panics does not take the store down with
+//! it: the panic is caught and the store is poisoned with
+//! [`Error::ReducerPanicked`], naming the reducer and the LSN. Host slices are
+//! then no longer served and appends are refused until the store is reopened
+//! (with a fixed reducer: a deterministic reducer panics again on replay, and
+//! the open fails with the same error).
 
 use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::codec;
+use crate::error::Error;
 use crate::log::Lsn;
 use crate::model::Event;
 
@@ -54,18 +64,21 @@ pub trait Reducer: Send + Sync + 'static {
     fn apply(&self, slice: &mut Self::Slice, event: &Event, lsn: Lsn);
 }
 
-type AnySlice = dyn Any + Send + Sync;
+/// A slice with its type erased.
+pub(crate) type AnySlice = dyn Any + Send + Sync;
 
 /// A callback run after a slice changed: the slice, the event, its LSN.
-pub(crate) type Observer = Box<dyn Fn(&AnySlice, &Event, Lsn) + Send + Sync>;
+pub(crate) type Observer = Arc<dyn Fn(&AnySlice, &Event, Lsn) + Send + Sync>;
 
 /// A reducer with its type erased, so a store can hold several.
 pub(crate) trait ErasedReducer: Send + Sync {
     fn name(&self) -> &str;
-    fn new_slice(&self) -> Box<AnySlice>;
-    fn apply(&self, slice: &mut AnySlice, event: &Event, lsn: Lsn);
+    fn new_slice(&self) -> Arc<AnySlice>;
+    /// Folds `event` into `slice`, copying the slice first if anyone else
+    /// (an observer notification or a snapshot) still holds it.
+    fn apply(&self, slice: &mut Arc<AnySlice>, event: &Event, lsn: Lsn);
     fn encode(&self, slice: &AnySlice) -> Result<Vec<u8>, String>;
-    fn decode(&self, bytes: &[u8]) -> Result<Box<AnySlice>, String>;
+    fn decode(&self, bytes: &[u8]) -> Result<Arc<AnySlice>, String>;
 }
 
 struct Erased<R>(R);
@@ -75,12 +88,20 @@ impl<R: Reducer> ErasedReducer for Erased<R> {
         self.0.name()
     }
 
-    fn new_slice(&self) -> Box<AnySlice> {
-        Box::new(R::Slice::default())
+    fn new_slice(&self) -> Arc<AnySlice> {
+        Arc::new(R::Slice::default())
     }
 
-    fn apply(&self, slice: &mut AnySlice, event: &Event, lsn: Lsn) {
-        let slice = slice
+    fn apply(&self, slice: &mut Arc<AnySlice>, event: &Event, lsn: Lsn) {
+        if Arc::get_mut(slice).is_none() {
+            let copy = slice
+                .downcast_ref::<R::Slice>()
+                .expect("a host slot holds its reducer's slice type")
+                .clone();
+            *slice = Arc::new(copy);
+        }
+        let slice = Arc::get_mut(slice)
+            .expect("copied above when shared")
             .downcast_mut::<R::Slice>()
             .expect("a host slot holds its reducer's slice type");
         self.0.apply(slice, event, lsn);
@@ -93,8 +114,8 @@ impl<R: Reducer> ErasedReducer for Erased<R> {
         codec::encode_value(slice)
     }
 
-    fn decode(&self, bytes: &[u8]) -> Result<Box<AnySlice>, String> {
-        codec::decode_value::<R::Slice>(bytes).map(|slice| Box::new(slice) as Box<AnySlice>)
+    fn decode(&self, bytes: &[u8]) -> Result<Arc<AnySlice>, String> {
+        codec::decode_value::<R::Slice>(bytes).map(|slice| Arc::new(slice) as Arc<AnySlice>)
     }
 }
 
@@ -104,26 +125,53 @@ pub(crate) fn erase<R: Reducer>(reducer: R) -> Box<dyn ErasedReducer> {
 }
 
 /// A registered reducer, its slice and its observers.
+///
+/// The slice is shared copy-on-write: observer notifications waiting for
+/// dispatch and snapshots being encoded hold the version they were given,
+/// while folding goes on.
 pub(crate) struct HostSlot {
-    pub(crate) reducer: Box<dyn ErasedReducer>,
-    pub(crate) slice: Box<AnySlice>,
-    pub(crate) observers: Vec<Observer>,
+    pub(crate) reducer: Arc<dyn ErasedReducer>,
+    pub(crate) name: Arc<str>,
+    pub(crate) slice: Arc<AnySlice>,
+    /// Replaced (not mutated) when an observer is added, so a notification
+    /// keeps the observers registered when its event was folded.
+    pub(crate) observers: Arc<Vec<Observer>>,
 }
 
 impl HostSlot {
     pub(crate) fn new(reducer: Box<dyn ErasedReducer>) -> HostSlot {
         let slice = reducer.new_slice();
+        let name = Arc::from(reducer.name());
         HostSlot {
-            reducer,
+            reducer: Arc::from(reducer),
+            name,
             slice,
-            observers: Vec::new(),
+            observers: Arc::new(Vec::new()),
         }
     }
 
-    pub(crate) fn apply(&mut self, event: &Event, lsn: Lsn) {
-        self.reducer.apply(self.slice.as_mut(), event, lsn);
-        for observer in &self.observers {
-            observer(self.slice.as_ref(), event, lsn);
-        }
+    /// Folds `event` into the slice. A panicking reducer is caught and
+    /// reported as [`Error::ReducerPanicked`]; its slice is then unusable.
+    pub(crate) fn apply(&mut self, event: &Event, lsn: Lsn) -> Result<(), Error> {
+        let (reducer, slice) = (&self.reducer, &mut self.slice);
+        std::panic::catch_unwind(AssertUnwindSafe(|| reducer.apply(slice, event, lsn))).map_err(
+            |payload| Error::ReducerPanicked {
+                reducer: self.name.to_string(),
+                observer: false,
+                lsn,
+                message: panic_message(payload.as_ref()),
+            },
+        )
+    }
+}
+
+/// The text of a caught panic.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a text message".to_string()
     }
 }

@@ -218,7 +218,7 @@ fn ownership_survives_reopening_with_and_without_a_snapshot() {
     }
     let control = open(dir.path());
     assert!(control.store().open_report().snapshot.is_some());
-    assert_eq!(control.registry().len(), 3);
+    assert_eq!(control.registry().unwrap().len(), 3);
     assert_eq!(
         control.messages(&bob(), "ctx").unwrap_err().to_string(),
         NOT_OWNER
@@ -227,7 +227,7 @@ fn ownership_survives_reopening_with_and_without_a_snapshot() {
         control.messages(&alice(), "after").unwrap_err().to_string(),
         NOT_OWNER
     );
-    assert!(control.registry().rejected().is_empty());
+    assert!(control.registry().unwrap().rejected().is_empty());
 }
 
 // ---------------------------------------------------------------- validation

@@ -127,9 +127,10 @@ impl MessageControl {
         &self.store
     }
 
-    /// Every context.
-    pub fn registry(&self) -> ContextRegistry {
-        self.store.slice::<ContextsReducer>()
+    /// Every context. Fails when the store no longer serves host slices
+    /// (a reducer panicked, or a failed fsync took back folded events).
+    pub fn registry(&self) -> Result<ContextRegistry> {
+        Ok(self.store.slice::<ContextsReducer>()?)
     }
 
     fn lock(&self, context_id: &str) -> parking_lot::MutexGuard<'_, ()> {
@@ -140,7 +141,7 @@ impl MessageControl {
 
     /// The context, if `principal` may use it.
     fn authorize(&self, principal: &Principal, context_id: &str) -> Result<ContextInfo> {
-        let registry = self.registry();
+        let registry = self.registry()?;
         let info = registry
             .get(context_id)
             .ok_or_else(|| ControlError::NotFound {
@@ -168,7 +169,7 @@ impl MessageControl {
             ));
         }
         let _guard = self.lock(context_id);
-        if self.registry().get(context_id).is_some() {
+        if self.registry()?.get(context_id).is_some() {
             return Err(ControlError::AlreadyExists {
                 context_id: context_id.to_string(),
             });

@@ -373,6 +373,14 @@ impl Log {
         self.writer.durable_lsn()
     }
 
+    /// After an I/O failure poisoned the writer: the LSN from which it took
+    /// back what it had written but not made durable (events acknowledged
+    /// under `Durability::None` among them). Every event at or after it is
+    /// gone from the log; `None` while the writer is healthy.
+    pub fn taken_back_from(&self) -> Option<Lsn> {
+        self.writer.taken_back_from()
+    }
+
     /// Whether an I/O failure has stopped the writer (reopen the store).
     pub fn is_poisoned(&self) -> bool {
         self.writer.is_poisoned()

@@ -15,6 +15,7 @@
 //! last fsynced byte so that nothing it refused can come back on reopen.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -70,6 +71,9 @@ pub(crate) struct Writer {
     state: Mutex<State>,
     changed: Condvar,
     view: Arc<SharedView>,
+    /// After a poisoning: the LSN from which the writer truncated what it
+    /// had written but not made durable (0 until then).
+    taken_back_from: AtomicU64,
 }
 
 impl Writer {
@@ -107,6 +111,7 @@ impl Writer {
             }),
             changed: Condvar::new(),
             view,
+            taken_back_from: AtomicU64::new(0),
         }
     }
 
@@ -120,6 +125,15 @@ impl Writer {
 
     pub(crate) fn stats(&self) -> WriterStats {
         self.state.lock().stats
+    }
+
+    /// After a poisoning, the LSN from which events were taken back (every
+    /// event at or after it is gone from the log); `None` before.
+    pub(crate) fn taken_back_from(&self) -> Option<Lsn> {
+        match self.taken_back_from.load(Ordering::Acquire) {
+            0 => None,
+            lsn => Some(lsn),
+        }
     }
 
     pub(crate) fn is_poisoned(&self) -> bool {
@@ -320,6 +334,10 @@ impl Writer {
         {
             state.truncated_after_poison = true;
             state.pending.clear();
+            // Announced before readers see the shorter log, so a reader that
+            // fails on a taken-back frame can tell why.
+            self.taken_back_from
+                .store(state.durable_lsn, Ordering::Release);
             self.view
                 .publish_active(state.durable_bytes, state.durable_lsn);
             // Leave a durable note first: the next open then writes into a

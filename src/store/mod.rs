@@ -17,19 +17,22 @@ pub mod backup;
 pub mod snapshot;
 
 use std::any::TypeId;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Range;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
 use crate::codec;
 use crate::conversation::ConversationSlice;
 use crate::error::{Error, Result};
 use crate::log::{Durability, Log, LogOptions, LogReader, Lsn, Position, RecoveryReport};
 use crate::model::Event;
-use crate::reducer::{self, ErasedReducer, HostSlot, Reducer};
+use crate::reducer::{self, AnySlice, ErasedReducer, HostSlot, Observer, Reducer};
 pub use backup::{backup, BackupReport};
 use snapshot::LoadedSnapshot;
 
@@ -49,7 +52,8 @@ pub struct StoreOptions {
     /// Options of the underlying log (durability, segment size, storage).
     pub log: LogOptions,
     /// Take a snapshot after this many events since the last one (checked
-    /// after each append; the appender that crosses it writes the snapshot).
+    /// after each append; the append that crosses it wakes the store's
+    /// background snapshot thread and returns without waiting for it).
     pub snapshot_every_events: Option<u64>,
     /// Take a snapshot after this many payload bytes since the last one.
     pub snapshot_every_bytes: Option<u64>,
@@ -228,19 +232,190 @@ struct Ordered {
     next_lsn: Lsn,
     pending: BTreeMap<Lsn, Vec<Event>>,
     hosts: Vec<(TypeId, HostSlot)>,
+    /// Set when the host slices stopped being folded (the store's host
+    /// poison says why); nothing more is folded or observed.
+    stopped: bool,
 }
 
 impl Ordered {
-    fn push(&mut self, first_lsn: Lsn, events: Vec<Event>) {
+    /// Folds every batch that is next in LSN order into the host slices, and
+    /// queues the observer notifications in `notes`. A panicking reducer
+    /// stops all folding and is returned.
+    fn push(
+        &mut self,
+        first_lsn: Lsn,
+        events: Vec<Event>,
+        notes: &mut Vec<Notification>,
+    ) -> Result<()> {
+        if self.stopped {
+            return Ok(());
+        }
         self.pending.insert(first_lsn, events);
+        let observed = self
+            .hosts
+            .iter()
+            .any(|(_, slot)| !slot.observers.is_empty());
         while let Some(events) = self.pending.remove(&self.next_lsn) {
-            for event in &events {
+            for event in events {
+                let lsn = self.next_lsn;
+                // Shared with the notifications only when someone observes.
+                let (shared, owned) = if observed {
+                    (Some(Arc::new(event)), None)
+                } else {
+                    (None, Some(event))
+                };
+                let event: &Event = match (&shared, &owned) {
+                    (Some(shared), _) => shared,
+                    (None, owned) => owned.as_ref().expect("one of the two is set"),
+                };
                 for (_, slot) in &mut self.hosts {
-                    slot.apply(event, self.next_lsn);
+                    if let Err(error) = slot.apply(event, lsn) {
+                        self.stopped = true;
+                        self.pending.clear();
+                        return Err(error);
+                    }
+                    if let (Some(shared), false) = (&shared, slot.observers.is_empty()) {
+                        notes.push(Notification {
+                            reducer: Arc::clone(&slot.name),
+                            slice: Arc::clone(&slot.slice),
+                            event: Arc::clone(shared),
+                            lsn,
+                            observers: Arc::clone(&slot.observers),
+                        });
+                    }
                 }
                 self.next_lsn += 1;
             }
         }
+        Ok(())
+    }
+}
+
+/// One folded event for the observers of one reducer: the slice as it was
+/// right after the event (shared copy-on-write with the live slice).
+struct Notification {
+    reducer: Arc<str>,
+    slice: Arc<AnySlice>,
+    event: Arc<Event>,
+    lsn: Lsn,
+    observers: Arc<Vec<Observer>>,
+}
+
+/// Observer notifications waiting to run, in LSN order. One thread at a
+/// time runs them (`running`), with no store lock held.
+#[derive(Default)]
+struct Dispatch {
+    queue: VecDeque<Notification>,
+    running: bool,
+}
+
+/// Why the store stopped serving host slices.
+#[derive(Debug, Clone)]
+enum HostPoison {
+    /// A reducer or an observer panicked: appends are refused too.
+    Panicked {
+        reducer: String,
+        observer: bool,
+        lsn: Lsn,
+        message: String,
+    },
+    /// The poisoned writer took back events from this LSN on, after the
+    /// host slices had folded some of them.
+    TakenBack { from_lsn: Lsn },
+}
+
+/// The automatic snapshots' thread and what it reports.
+#[derive(Default)]
+struct Background {
+    /// An append crossed a threshold: a snapshot is due.
+    requested: bool,
+    /// A snapshot is being written.
+    running: bool,
+    /// The store is being dropped.
+    stop: bool,
+    /// Automatic snapshots written and failed since open.
+    written: u64,
+    failed: u64,
+    /// Why the most recent automatic snapshot failed (cleared when one succeeds).
+    last_error: Option<String>,
+}
+
+/// Read-only access to a store's log: positions, durability, readers.
+///
+/// What [`Store::log`] gives hosts. It has nothing that appends: every event
+/// goes through [`Store::append`], which indexes it and folds it into the
+/// host slices. An event appended beside the store would reach neither.
+///
+/// ```compile_fail,E0599
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = convlog::Store::open(dir.path(), convlog::StoreOptions::default()).unwrap();
+/// store.log().append(b"not an event"); // no such method: the view cannot append
+/// ```
+#[derive(Clone, Copy)]
+pub struct LogView<'a> {
+    log: &'a Log,
+}
+
+impl std::fmt::Debug for LogView<'_> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.log.fmt(formatter)
+    }
+}
+
+impl LogView<'_> {
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        self.log.dir()
+    }
+
+    /// The first LSN still in the log (1 unless segments were removed).
+    pub fn first_lsn(&self) -> Lsn {
+        self.log.first_lsn()
+    }
+
+    /// The LSN the next appended event will get.
+    pub fn next_lsn(&self) -> Lsn {
+        self.log.next_lsn()
+    }
+
+    /// Every event with an LSN below this one is durable.
+    pub fn durable_lsn(&self) -> Lsn {
+        self.log.durable_lsn()
+    }
+
+    /// One past the last event readers can see now.
+    pub fn visible_next_lsn(&self) -> Lsn {
+        self.log.visible_next_lsn()
+    }
+
+    /// Whether an I/O failure has stopped the writer (reopen the store).
+    pub fn is_poisoned(&self) -> bool {
+        self.log.is_poisoned()
+    }
+
+    /// The durability appends get by default.
+    pub fn durability(&self) -> Durability {
+        self.log.durability()
+    }
+
+    /// What recovery did when the store was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        self.log.recovery_report()
+    }
+
+    /// Counters of the writer's work since open.
+    pub fn writer_stats(&self) -> crate::log::WriterStats {
+        self.log.writer_stats()
+    }
+
+    /// A reader of the log that sees events as soon as they are written.
+    pub fn reader(&self) -> LogReader {
+        self.log.reader()
+    }
+
+    /// Iterates over events with LSN `lsn` and above.
+    pub fn iter_from(&self, lsn: Lsn) -> crate::log::LogIter {
+        self.log.iter_from(lsn)
     }
 }
 
@@ -263,6 +438,15 @@ impl Ordered {
 /// # Ok(()) }
 /// ```
 pub struct Store {
+    core: Arc<StoreCore>,
+    /// Writes automatic snapshots (only with a snapshot threshold set).
+    snapshot_thread: Option<JoinHandle<()>>,
+}
+
+/// The state of a [`Store`], shared with its background snapshot thread.
+/// Not for hosts: it has no public methods or fields.
+#[doc(hidden)]
+pub struct StoreCore {
     log: Log,
     reader: LogReader,
     options: StoreOptions,
@@ -274,6 +458,35 @@ pub struct Store {
     /// between finding and reading them.
     compacting: RwLock<()>,
     open_report: OpenReport,
+    /// Observer notifications, run after the ordering lock is released.
+    dispatch: Mutex<Dispatch>,
+    /// Set once, when host slices stop being served.
+    host_poison: OnceLock<HostPoison>,
+    /// The LSN from which the writer's take-back has been forgotten by the
+    /// index and host slices (0: none yet).
+    forgotten_from: AtomicU64,
+    background: Mutex<Background>,
+    background_changed: Condvar,
+}
+
+#[doc(hidden)]
+impl std::ops::Deref for Store {
+    type Target = StoreCore;
+
+    fn deref(&self) -> &StoreCore {
+        &self.core
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(thread) = self.snapshot_thread.take() {
+            // A snapshot being written is finished; one only requested is not.
+            self.background.lock().stop = true;
+            self.background_changed.notify_all();
+            let _ = thread.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -421,24 +634,25 @@ impl Store {
                 })?;
             if record.lsn < snapshot_lsn {
                 for &index in &rebuild_from_start {
-                    hosts[index].1.apply(&event, record.lsn);
+                    hosts[index].1.apply(&event, record.lsn)?;
                 }
                 continue;
             }
             state.index_frame(&[(record.lsn, &event)], record.position);
             for (_, slot) in &mut hosts {
-                slot.apply(&event, record.lsn);
+                slot.apply(&event, record.lsn)?;
             }
             state.events_since_snapshot += 1;
             state.bytes_since_snapshot += record.payload.len() as u64;
             report.replayed_events += 1;
         }
         let snapshots_kept = options.snapshots_kept.max(1);
-        Ok(Store {
+        let core = StoreCore {
             ordered: Mutex::new(Ordered {
                 next_lsn,
                 pending: BTreeMap::new(),
                 hosts,
+                stopped: false,
             }),
             log,
             reader,
@@ -450,6 +664,33 @@ impl Store {
             snapshotting: Mutex::new(()),
             compacting: RwLock::new(()),
             open_report: report,
+            dispatch: Mutex::new(Dispatch::default()),
+            host_poison: OnceLock::new(),
+            forgotten_from: AtomicU64::new(0),
+            background: Mutex::new(Background::default()),
+            background_changed: Condvar::new(),
+        };
+        Store::start(core)
+    }
+
+    /// Starts the background snapshot thread when a threshold is set.
+    fn start(core: StoreCore) -> Result<Store> {
+        let core = Arc::new(core);
+        let automatic = core.options.snapshot_every_events.is_some()
+            || core.options.snapshot_every_bytes.is_some();
+        let snapshot_thread = if automatic {
+            let thread_core = Arc::clone(&core);
+            let thread = std::thread::Builder::new()
+                .name("convlog-snapshot".to_string())
+                .spawn(move || thread_core.run_snapshots())
+                .map_err(Error::io("start the snapshot thread of", core.log.dir()))?;
+            Some(thread)
+        } else {
+            None
+        };
+        Ok(Store {
+            core,
+            snapshot_thread,
         })
     }
 
@@ -472,11 +713,22 @@ impl Store {
                 .validate()
                 .map_err(|field| Error::InvalidEvent { index, field })?;
         }
+        self.forget_taken_back();
+        if let Some(HostPoison::Panicked { .. }) = self.host_poison.get() {
+            return Err(self.host_poison_error());
+        }
         let payloads: Vec<Vec<u8>> = events.iter().map(codec::encode_event).collect();
         let (lsns, position) = self.log.append_batch_positioned(&payloads, durability)?;
         let bytes: u64 = payloads.iter().map(|payload| payload.len() as u64).sum();
         let due = {
             let mut state = self.state.write();
+            if self.taken_back(lsns.start) {
+                // A failed fsync took the batch back right after the writer
+                // acknowledged it (`Durability::None`): it is not in the log.
+                drop(state);
+                self.forget_taken_back();
+                return Err(self.writer_error());
+            }
             let numbered: Vec<(Lsn, &Event)> = (lsns.start..).zip(events.iter()).collect();
             state.index_frame(&numbered, position);
             state.events_since_snapshot += events.len() as u64;
@@ -489,21 +741,33 @@ impl Store {
                     .snapshot_every_bytes
                     .is_some_and(|every| state.bytes_since_snapshot >= every)
         };
-        self.ordered.lock().push(lsns.start, events);
-        if due {
-            // One automatic snapshot at a time; others carry on appending.
-            // The batch is committed whatever happens to the snapshot: a
-            // failed automatic snapshot is logged, never reported as a failed
-            // append (a caller would retry and record the batch twice).
-            if let Some(guard) = self.snapshotting.try_lock() {
-                if let Err(error) = self.snapshot_locked(guard) {
-                    tracing::warn!(
-                        store = %self.log.dir().display(),
-                        error = %error,
-                        "automatic snapshot failed; the append is committed"
-                    );
+        let folded = {
+            let mut ordered = self.ordered.lock();
+            // Checked under the ordering lock: a take-back forgotten before
+            // this point must not be folded after it.
+            if self.taken_back(lsns.start) {
+                Ok(())
+            } else {
+                let mut notes = Vec::new();
+                let folded = ordered.push(lsns.start, events, &mut notes);
+                if !notes.is_empty() {
+                    self.dispatch.lock().queue.extend(notes);
                 }
+                folded
             }
+        };
+        if let Err(error) = folded {
+            // The batch is committed: the append reports its LSNs (a caller
+            // would retry and record it twice); the next append and every
+            // host slice read report the panic.
+            self.poison_hosts(error);
+        }
+        // Observers run here, after the ordering lock is released.
+        self.dispatch_observers();
+        if due {
+            // The batch is committed whatever happens to the snapshot, which
+            // the background thread writes; this append does not wait for it.
+            self.request_snapshot();
         }
         Ok(lsns)
     }
@@ -526,6 +790,7 @@ impl Store {
 
     /// Whether any event of `conversation_id` was recorded.
     pub fn contains_conversation(&self, conversation_id: &str) -> bool {
+        self.forget_taken_back();
         let state = self.state.read();
         state.index.contains_key(conversation_id)
             || state
@@ -536,6 +801,13 @@ impl Store {
 
     /// Every conversation id, sorted.
     pub fn conversation_ids(&self) -> Vec<String> {
+        self.core.conversation_ids()
+    }
+}
+
+impl StoreCore {
+    fn conversation_ids(&self) -> Vec<String> {
+        self.forget_taken_back();
         let state = self.state.read();
         let mut ids: Vec<String> = state.index.keys().cloned().collect();
         if let Some(loaded) = &state.snapshot {
@@ -559,6 +831,7 @@ impl Store {
         conversation_id: &str,
         below_lsn: Option<Lsn>,
     ) -> Result<Option<ConversationSlice>> {
+        self.forget_taken_back();
         let _frames_stay = self.compacting.read();
         let (snapshot, positions) = {
             let state = self.state.read();
@@ -610,9 +883,17 @@ impl Store {
             _ => ConversationSlice::new(conversation_id),
         };
         let limit = below_lsn.unwrap_or(Lsn::MAX);
-        for (_, position) in positions.into_iter().filter(|(lsn, _)| *lsn < limit) {
-            for record in self.reader.read_frame(position)? {
-                if record.lsn < base_lsn || record.lsn >= limit {
+        for (frame_lsn, position) in positions.into_iter().filter(|(lsn, _)| *lsn < limit) {
+            let records = match self.reader.read_frame(position) {
+                Ok(records) => records,
+                // The writer took this frame back after its position was
+                // taken (a failed fsync under `Durability::None`): it is
+                // no longer in the log, so it is not part of the fold.
+                Err(_) if self.taken_back(frame_lsn) => continue,
+                Err(error) => return Err(error),
+            };
+            for record in records {
+                if record.lsn < base_lsn || record.lsn >= limit || self.taken_back(record.lsn) {
                     continue;
                 }
                 // A frame may hold other conversations' events: skip them
@@ -661,23 +942,47 @@ impl Store {
         }
         Ok(found.then_some(slice))
     }
+}
 
-    /// A copy of host reducer `R`'s slice. Panics if `R` was not registered.
-    pub fn slice<R: Reducer>(&self) -> R::Slice {
+impl Store {
+    /// A copy of host reducer `R`'s slice, with every event folded that is
+    /// next in LSN order. Panics if `R` was not registered.
+    ///
+    /// Fails with [`Error::ReducerPanicked`] once a reducer or observer has
+    /// panicked, and with [`Error::Poisoned`] once a failed fsync took back
+    /// events the host slices had folded: the slices are then no longer
+    /// what the log holds (reopen the store to rebuild them).
+    pub fn slice<R: Reducer>(&self) -> Result<R::Slice> {
+        self.forget_taken_back();
         let ordered = self.ordered.lock();
+        if self.host_poison.get().is_some() {
+            drop(ordered);
+            return Err(self.host_poison_error());
+        }
         let (_, slot) = ordered
             .hosts
             .iter()
             .find(|(type_id, _)| *type_id == TypeId::of::<R>())
             .expect("reducer was registered with StoreBuilder::reducer");
-        slot.slice
+        Ok(slot
+            .slice
             .downcast_ref::<R::Slice>()
             .expect("a host slot holds its reducer's slice type")
-            .clone()
+            .clone())
     }
 
-    /// Calls `observer` after every event folded into `R`'s slice, in LSN
-    /// order, with the new slice. Panics if `R` was not registered.
+    /// Calls `observer` after every event folded into `R`'s slice from now
+    /// on, in LSN order, with the slice as it was right after that event.
+    /// Panics if `R` was not registered.
+    ///
+    /// Observers run after the store's locks are released, on the thread of
+    /// an appender (usually the one whose append folded the event; when
+    /// appenders race, one of them runs every pending notification before
+    /// its append returns). The observers of a store never run
+    /// concurrently. An observer may call back into the store (`slice`,
+    /// `conversation`, even `append`: the events it appends are observed
+    /// after it returns). A panicking observer poisons the store like a
+    /// panicking reducer ([`Error::ReducerPanicked`]).
     pub fn observe<R: Reducer>(
         &self,
         observer: impl Fn(&R::Slice, &Event, Lsn) + Send + Sync + 'static,
@@ -688,38 +993,61 @@ impl Store {
             .iter_mut()
             .find(|(type_id, _)| *type_id == TypeId::of::<R>())
             .expect("reducer was registered with StoreBuilder::reducer");
-        slot.observers.push(Box::new(move |slice, event, lsn| {
+        let observer: Observer = Arc::new(move |slice: &AnySlice, event: &Event, lsn: Lsn| {
             let slice = slice
                 .downcast_ref::<R::Slice>()
                 .expect("a host slot holds its reducer's slice type");
             observer(slice, event, lsn);
-        }));
+        });
+        let mut observers = Vec::clone(&slot.observers);
+        observers.push(observer);
+        slot.observers = Arc::new(observers);
     }
 
     /// Writes a snapshot of every slice at the current end of the log.
     pub fn snapshot(&self) -> Result<SnapshotInfo> {
+        self.core.snapshot()
+    }
+}
+
+impl StoreCore {
+    fn snapshot(&self) -> Result<SnapshotInfo> {
         let guard = self.snapshotting.lock();
         self.snapshot_locked(guard)
     }
 
     fn snapshot_locked(&self, _guard: parking_lot::MutexGuard<'_, ()>) -> Result<SnapshotInfo> {
         self.log.sync()?;
+        self.forget_taken_back();
         // A consistent cut: every event below `lsn` is indexed and folded
-        // into the host slices, which are encoded at exactly that point.
-        let (lsn, host_slices) = {
+        // into the host slices, taken at exactly that point (shared
+        // copy-on-write) and encoded after the ordering lock is released.
+        let (lsn, taken) = {
             let ordered = self.ordered.lock();
-            let mut slices = Vec::new();
-            for (_, slot) in &ordered.hosts {
-                let bytes = slot.reducer.encode(slot.slice.as_ref()).map_err(|reason| {
-                    Error::InvalidArgument(format!(
-                        "host slice {} does not encode: {reason}",
-                        slot.reducer.name()
-                    ))
-                })?;
-                slices.push((slot.reducer.name().to_string(), bytes));
+            if self.host_poison.get().is_some() {
+                drop(ordered);
+                return Err(self.host_poison_error());
             }
-            (ordered.next_lsn, slices)
+            let taken: Vec<(Arc<dyn ErasedReducer>, Arc<AnySlice>)> = ordered
+                .hosts
+                .iter()
+                .map(|(_, slot)| (Arc::clone(&slot.reducer), Arc::clone(&slot.slice)))
+                .collect();
+            (ordered.next_lsn, taken)
         };
+        // Encoding runs host code (the slices' `Serialize`): appends go on
+        // meanwhile, copying a slice they fold while it is held here.
+        let mut host_slices = Vec::new();
+        for (reducer, slice) in &taken {
+            let bytes = reducer.encode(slice.as_ref()).map_err(|reason| {
+                Error::InvalidArgument(format!(
+                    "host slice {} does not encode: {reason}",
+                    reducer.name()
+                ))
+            })?;
+            host_slices.push((reducer.name().to_string(), bytes));
+        }
+        drop(taken);
         let current = self.state.read().snapshot.clone();
         if let Some(loaded) = current.as_ref().filter(|loaded| loaded.lsn == lsn) {
             return Ok(SnapshotInfo {
@@ -778,7 +1106,9 @@ impl Store {
         }
         Ok(())
     }
+}
 
+impl Store {
     /// Deletes the segments the newest snapshot covers, if the retention
     /// policy allows it.
     pub fn compact(&self) -> Result<CompactReport> {
@@ -814,13 +1144,53 @@ impl Store {
         &self.open_report
     }
 
-    /// The underlying log.
-    pub fn log(&self) -> &Log {
-        &self.log
+    /// Read-only access to the underlying log (positions, durability,
+    /// readers). Events are appended only through [`Store::append`].
+    pub fn log(&self) -> LogView<'_> {
+        LogView { log: &self.log }
+    }
+
+    /// Why the most recent automatic snapshot failed, if it did (a later
+    /// success clears it). Automatic snapshots run on a background thread;
+    /// their failures never fail an append.
+    pub fn last_snapshot_error(&self) -> Option<String> {
+        self.background.lock().last_error.clone()
+    }
+
+    /// Automatic snapshots written and failed since the store was opened.
+    pub fn automatic_snapshots(&self) -> (u64, u64) {
+        let background = self.background.lock();
+        (background.written, background.failed)
+    }
+
+    /// Blocks until no automatic snapshot is due or being written. Returns
+    /// at once when no snapshot threshold is set.
+    pub fn wait_for_snapshots(&self) {
+        if self.snapshot_thread.is_none() {
+            return;
+        }
+        let mut background = self.background.lock();
+        while (background.requested || background.running) && !background.stop {
+            self.background_changed.wait(&mut background);
+        }
+    }
+
+    /// Whether host slices are served and appends accepted: the error a
+    /// panicking reducer or observer, or a poisoned writer, left behind.
+    pub fn health(&self) -> Result<()> {
+        self.forget_taken_back();
+        if self.host_poison.get().is_some() {
+            return Err(self.host_poison_error());
+        }
+        if self.log.is_poisoned() {
+            return Err(self.writer_error());
+        }
+        Ok(())
     }
 
     /// Counters describing the store.
     pub fn stats(&self) -> StoreStats {
+        self.forget_taken_back();
         let state = self.state.read();
         let index_entries: usize = state.index.values().map(Vec::len).sum();
         let index_bytes: usize = state
@@ -843,6 +1213,202 @@ impl Store {
             snapshot_lsn: self.state.read().snapshot.as_ref().map(|loaded| loaded.lsn),
             index_entries,
             index_bytes,
+        }
+    }
+}
+
+impl StoreCore {
+    /// Whether the poisoned writer took back the event at `lsn`.
+    fn taken_back(&self, lsn: Lsn) -> bool {
+        self.log.taken_back_from().is_some_and(|from| lsn >= from)
+    }
+
+    /// Makes the index and the host slices forget whatever the writer took
+    /// back after a failed fsync (frames acknowledged under
+    /// `Durability::None` but never made durable): index entries at or
+    /// after the cut are dropped, pending folds and observer notifications
+    /// of them discarded, and host slices that already folded some of them
+    /// are no longer served (`Error::Poisoned`; a reopen rebuilds them from
+    /// what the log holds). Every read and append calls this first, so none
+    /// sees the index or a host slice ahead of the log.
+    fn forget_taken_back(&self) {
+        let Some(from) = self.log.taken_back_from() else {
+            return;
+        };
+        if self.forgotten_from.load(Ordering::Acquire) == from {
+            return;
+        }
+        {
+            let mut state = self.state.write();
+            for entries in state.index.values_mut() {
+                entries.retain(|entry| entry.lsn < from);
+            }
+            state.index.retain(|_, entries| !entries.is_empty());
+        }
+        {
+            let mut ordered = self.ordered.lock();
+            ordered.pending.retain(|lsn, _| *lsn < from);
+            if ordered.next_lsn > from {
+                ordered.stopped = true;
+                let _ = self
+                    .host_poison
+                    .set(HostPoison::TakenBack { from_lsn: from });
+            }
+            self.dispatch.lock().queue.retain(|note| note.lsn < from);
+        }
+        self.forgotten_from.store(from, Ordering::Release);
+    }
+
+    /// The poisoned writer's error.
+    fn writer_error(&self) -> Error {
+        match self.log.sync() {
+            Err(error) => error,
+            Ok(()) => Error::Poisoned {
+                store: self.log.dir().to_path_buf(),
+                cause: "the writer took back events it had not made durable".to_string(),
+            },
+        }
+    }
+
+    /// Why host slices are not served.
+    fn host_poison_error(&self) -> Error {
+        match self.host_poison.get() {
+            Some(HostPoison::Panicked {
+                reducer,
+                observer,
+                lsn,
+                message,
+            }) => Error::ReducerPanicked {
+                reducer: reducer.clone(),
+                observer: *observer,
+                lsn: *lsn,
+                message: message.clone(),
+            },
+            Some(HostPoison::TakenBack { from_lsn }) => match self.writer_error() {
+                Error::Poisoned { store, cause } => Error::Poisoned {
+                    store,
+                    cause: format!(
+                        "{cause}; the host slices had folded events from LSN {from_lsn} on, which the writer took back"
+                    ),
+                },
+                other => other,
+            },
+            None => Error::InvalidArgument("the host slices are not poisoned".to_string()),
+        }
+    }
+
+    /// Stops serving host slices after a reducer or observer panicked.
+    fn poison_hosts(&self, error: Error) {
+        tracing::error!(store = %self.log.dir().display(), error = %error, "host reducer panicked; the store is poisoned");
+        if let Error::ReducerPanicked {
+            reducer,
+            observer,
+            lsn,
+            message,
+        } = error
+        {
+            let _ = self.host_poison.set(HostPoison::Panicked {
+                reducer,
+                observer,
+                lsn,
+                message,
+            });
+        }
+        self.ordered.lock().stopped = true;
+        self.dispatch.lock().queue.clear();
+    }
+
+    /// Runs queued observer notifications, in LSN order, with no store lock
+    /// held. One thread runs them at a time: a caller that finds another
+    /// running returns (that one runs what this caller queued).
+    fn dispatch_observers(&self) {
+        let mut dispatch = self.dispatch.lock();
+        if dispatch.running {
+            return;
+        }
+        dispatch.running = true;
+        loop {
+            let batch = std::mem::take(&mut dispatch.queue);
+            if batch.is_empty() || self.host_poison.get().is_some() {
+                dispatch.queue.clear();
+                dispatch.running = false;
+                return;
+            }
+            let panicked = MutexGuard::unlocked(&mut dispatch, || {
+                for note in batch {
+                    for observer in note.observers.iter() {
+                        let call = || observer(note.slice.as_ref(), &note.event, note.lsn);
+                        if let Err(payload) = std::panic::catch_unwind(AssertUnwindSafe(call)) {
+                            return Some(Error::ReducerPanicked {
+                                reducer: note.reducer.to_string(),
+                                observer: true,
+                                lsn: note.lsn,
+                                message: reducer::panic_message(payload.as_ref()),
+                            });
+                        }
+                    }
+                }
+                None
+            });
+            if let Some(error) = panicked {
+                dispatch.running = false;
+                drop(dispatch);
+                self.poison_hosts(error);
+                return;
+            }
+        }
+    }
+
+    /// Wakes the background snapshot thread.
+    fn request_snapshot(&self) {
+        let mut background = self.background.lock();
+        if !background.requested {
+            background.requested = true;
+            self.background_changed.notify_all();
+        }
+    }
+
+    /// The background snapshot thread: writes a snapshot whenever an append
+    /// asks for one, until the store is dropped. Failures are logged and
+    /// kept for [`Store::last_snapshot_error`]; they never fail an append.
+    fn run_snapshots(&self) {
+        loop {
+            {
+                let mut background = self.background.lock();
+                while !background.requested && !background.stop {
+                    self.background_changed.wait(&mut background);
+                }
+                if background.stop {
+                    return;
+                }
+                background.requested = false;
+                background.running = true;
+            }
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| self.snapshot()))
+                .unwrap_or_else(|payload| {
+                    Err(Error::InvalidArgument(format!(
+                        "a host slice panicked while it was encoded: {}",
+                        reducer::panic_message(payload.as_ref())
+                    )))
+                });
+            let mut background = self.background.lock();
+            background.running = false;
+            match result {
+                Ok(_) => {
+                    background.written += 1;
+                    background.last_error = None;
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        store = %self.log.dir().display(),
+                        error = %error,
+                        "automatic snapshot failed; the appends are committed"
+                    );
+                    background.failed += 1;
+                    background.last_error = Some(error.to_string());
+                }
+            }
+            self.background_changed.notify_all();
         }
     }
 }

@@ -36,7 +36,7 @@ pub enum Error {
     },
 
     /// A file written by another version of convlog's format.
-    #[error("{path} uses format version {version}; this build reads version {supported} (use a matching convlog)")]
+    #[error("{path} uses format version {version}; this build reads version {supported}{}", version_advice(*version, *supported))]
     UnsupportedVersion {
         /// The file.
         path: PathBuf,
@@ -129,6 +129,17 @@ pub enum Error {
         /// The directory that was opened.
         path: PathBuf,
     },
+}
+
+/// What to do about a store of another format version.
+fn version_advice(version: u32, supported: u32) -> String {
+    if version < supported {
+        format!(
+            ". This build does not read version {version} stores; migrate the events: with the convlog release that wrote it run `convlog dump OLD_STORE > events.jsonl`, then with this one `convlog append NEW_STORE --durability none < events.jsonl` (docs/format.md, section 11)"
+        )
+    } else {
+        " (written by a newer convlog: use that release or a later one)".to_string()
+    }
 }
 
 /// `Result` with convlog's [`Error`].

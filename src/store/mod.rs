@@ -1102,10 +1102,13 @@ pub fn verify(dir: impl AsRef<Path>, progress: &mut dyn FnMut(u64)) -> Result<St
             }
             None => contents,
         };
-        if let Err(reason) = &checked {
-            if chosen.is_none() && usable.is_none() {
-                passed_over.push((path.clone(), reason.clone()));
+        match &checked {
+            // Passed over above, as superseded.
+            _ if usable.is_none() && passed_over.last().is_some_and(|(last, _)| *last == path) => {}
+            Err(reason) if chosen.is_none() && usable.is_none() => {
+                passed_over.push((path.clone(), reason.clone()))
             }
+            _ => {}
         }
         if usable.is_some() && chosen.is_none() {
             chosen = Some((path.clone(), lsn, checked.clone()));

@@ -598,3 +598,45 @@ fn rolls_and_fresh_segments_keep_the_identity_and_the_chain() {
         fold_of_log(dir.path(), "c")
     );
 }
+
+/// The audit view (`convlog inspect`) of a compacted store takes its
+/// snapshot on the same terms: another store's newer snapshot is passed
+/// over for the store's own.
+#[test]
+fn the_audit_view_of_a_compacted_store_ignores_another_stores_snapshot() {
+    let ours = tempfile::tempdir().unwrap();
+    let theirs = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(ours.path(), compacting()).unwrap();
+        for index in 0..150u64 {
+            store
+                .append_one(said("ours", index, "words words"))
+                .unwrap();
+        }
+        store.snapshot().unwrap();
+        assert!(!store.compact().unwrap().removed.is_empty());
+        for index in 150..200u64 {
+            store
+                .append_one(said("ours", index, "words words"))
+                .unwrap();
+        }
+    }
+    append(
+        theirs.path(),
+        (0..180).map(|index| said("theirs", index, "w")).collect(),
+    );
+    let foreign = Store::open(theirs.path(), options())
+        .unwrap()
+        .snapshot()
+        .unwrap();
+    std::fs::copy(
+        &foreign.path,
+        ours.path()
+            .join("snapshots")
+            .join(foreign.path.file_name().unwrap()),
+    )
+    .unwrap();
+    let view = convlog::audit::AuditView::open(ours.path(), None).unwrap();
+    assert_eq!(view.conversation_ids().collect::<Vec<_>>(), ["ours"]);
+    assert_eq!(view.slice("ours").unwrap().len(), 200);
+}

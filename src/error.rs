@@ -36,7 +36,7 @@ pub enum Error {
     },
 
     /// A file written by another version of convlog's format.
-    #[error("{path} uses format version {version}; this build reads version {supported} (use a matching convlog)")]
+    #[error("{path} uses format version {version}; this build reads version {supported}{}", version_advice(*version, *supported))]
     UnsupportedVersion {
         /// The file.
         path: PathBuf,
@@ -156,6 +156,14 @@ pub enum Error {
         total: usize,
     },
 
+    /// The directory once held a store (its `LOCK` file is there) but no
+    /// segment file is left: the log was deleted. Nothing is created over it.
+    #[error("{path} holds a convlog store's LOCK file but no segment file: its log was deleted (restore the segments from a backup, or remove LOCK to start an empty store here)")]
+    LogMissing {
+        /// The store directory.
+        path: PathBuf,
+    },
+
     /// A host reducer, or an observer of one, panicked. The panic was caught
     /// and the store poisoned: host slices are no longer served and appends
     /// are refused (events already committed stay in the log). Fix the
@@ -183,6 +191,17 @@ fn listing(entries: &[String], total: usize) -> String {
     match total.saturating_sub(entries.len()) {
         0 => names,
         more => format!("{names} and {more} more"),
+    }
+}
+
+/// What to do about a store of another format version.
+fn version_advice(version: u32, supported: u32) -> String {
+    if version < supported {
+        format!(
+            ". This build does not read version {version} stores; migrate the events: with the convlog release that wrote it run `convlog dump OLD_STORE > events.jsonl`, then with this one `convlog append NEW_STORE --durability none < events.jsonl` (docs/format.md, section 11)"
+        )
+    } else {
+        " (written by a newer convlog: use that release or a later one)".to_string()
     }
 }
 

@@ -447,7 +447,7 @@ fn a_segment_of_another_format_version_is_refused_and_never_salvaged() {
     write_frames(dir.path(), 2, Durability::Sync);
     let segment = segment_paths(dir.path())[0].clone();
     let mut bytes = std::fs::read(&segment).unwrap();
-    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    bytes[8..12].copy_from_slice(&(convlog::log::format::FORMAT_VERSION + 1).to_le_bytes());
     std::fs::write(&segment, &bytes).unwrap();
     let salvage = LogOptions {
         salvage: true,
@@ -460,7 +460,8 @@ fn a_segment_of_another_format_version_is_refused_and_never_salvaged() {
             supported,
         }) => {
             assert_eq!(path, segment);
-            assert_eq!((version, supported), (2, 1));
+            let supported_now = convlog::log::format::FORMAT_VERSION;
+            assert_eq!((version, supported), (supported_now + 1, supported_now));
         }
         other => panic!("expected UnsupportedVersion, got {other:?}"),
     }

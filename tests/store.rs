@@ -357,9 +357,9 @@ fn a_damaged_slice_in_a_snapshot_falls_back_to_the_log() {
         }
         store.snapshot().unwrap()
     };
-    // The first blob starts right after the 48-byte header.
+    // The first blob starts right after the header.
     let mut bytes = std::fs::read(&info.path).unwrap();
-    bytes[60] ^= 0x01;
+    bytes[convlog::store::snapshot::SNAPSHOT_HEADER_BYTES + 12] ^= 0x01;
     std::fs::write(&info.path, &bytes).unwrap();
     let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
     assert_eq!(store.conversation("c").unwrap(), full_fold(dir.path(), "c"));

@@ -128,9 +128,10 @@ fn missing_and_empty_directories_and_existing_stores_open() {
 
 #[test]
 fn a_directory_with_any_store_entry_counts_as_a_store() {
-    // What an interrupted creation or a salvage can leave behind.
+    // What an interrupted creation or a salvage can leave behind. (`LOCK` is
+    // written only after the first segment is durable: a `LOCK` without
+    // segments is a deleted log, refused below.)
     for leftover in [
-        "LOCK",
         "POISONED",
         "00000000000000000001.seg.tmp",
         "snapshots",
@@ -147,6 +148,30 @@ fn a_directory_with_any_store_entry_counts_as_a_store() {
             .unwrap_or_else(|error| panic!("{leftover}: {error}"));
         assert_eq!(log.next_lsn(), 1, "{leftover}");
     }
+}
+
+#[test]
+fn a_lock_file_without_segments_is_a_deleted_log_not_a_new_store() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(Log::open(dir.path(), LogOptions::default()).unwrap());
+    for segment in std::fs::read_dir(dir.path()).unwrap() {
+        let path = segment.unwrap().path();
+        if path.extension().is_some_and(|extension| extension == "seg") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let error = Log::open(dir.path(), LogOptions::default()).unwrap_err();
+    assert!(matches!(error, Error::LogMissing { .. }), "{error}");
+    let verified = convlog::log::verify(dir.path()).unwrap_err();
+    assert_eq!(
+        verified.to_string(),
+        error.to_string(),
+        "open and verify agree"
+    );
+    assert!(
+        !dir.path().join("00000000000000000001.seg").exists(),
+        "nothing was created over the deleted log"
+    );
 }
 
 #[test]

@@ -178,10 +178,11 @@ fn load_snapshot(
             ));
             continue;
         }
-        let loaded = match snapshot::load(&FileSystem, &path) {
+        // Only a snapshot bound to this log (its store, its exact prefix).
+        let loaded = match snapshot::load_checked(&FileSystem, dir, &path) {
             Ok(loaded) => loaded,
-            Err(error) => {
-                reasons.push(error.to_string());
+            Err(rejection) => {
+                reasons.push(format!("{}: {rejection}", path.display()));
                 continue;
             }
         };

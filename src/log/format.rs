@@ -13,17 +13,41 @@ use crate::log::Lsn;
 /// Magic bytes at the start of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"CVLOGSEG";
 /// The segment format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+
+/// A store's identity: 16 random bytes chosen when the store is created,
+/// carried by every segment header and every snapshot header.
+pub type StoreId = [u8; 16];
+
+/// Bytes of a [`StoreId`].
+pub const STORE_ID_BYTES: usize = 16;
+
+/// The chain value a store's very first segment links to (it has no
+/// predecessor), and a snapshot at LSN 1 carries.
+pub const GENESIS_CHAIN: u32 = 0;
+
+/// A store identity as 32 lowercase hex digits.
+pub fn store_id_hex(id: &StoreId) -> String {
+    id.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// A fresh random store identity.
+pub fn new_store_id() -> StoreId {
+    *uuid::Uuid::new_v4().as_bytes()
+}
 
 const SEGMENT_MAGIC_OFFSET: usize = 0;
 const SEGMENT_VERSION_OFFSET: usize = SEGMENT_MAGIC_OFFSET + SEGMENT_MAGIC.len();
 const SEGMENT_HEADER_BYTES_OFFSET: usize = SEGMENT_VERSION_OFFSET + 4;
 const SEGMENT_FIRST_LSN_OFFSET: usize = SEGMENT_HEADER_BYTES_OFFSET + 4;
-const SEGMENT_SALT_OFFSET: usize = SEGMENT_FIRST_LSN_OFFSET + 8;
-const SEGMENT_CRC_OFFSET: usize = SEGMENT_SALT_OFFSET + 4;
+const SEGMENT_STORE_ID_OFFSET: usize = SEGMENT_FIRST_LSN_OFFSET + 8;
+const SEGMENT_PREV_CHAIN_OFFSET: usize = SEGMENT_STORE_ID_OFFSET + STORE_ID_BYTES;
+const SEGMENT_SALT_OFFSET: usize = SEGMENT_PREV_CHAIN_OFFSET + 4;
+const SEGMENT_RESERVED_OFFSET: usize = SEGMENT_SALT_OFFSET + 4;
+const SEGMENT_CRC_OFFSET: usize = SEGMENT_RESERVED_OFFSET + 4;
 /// Size of the segment header; the first frame starts right after it.
 pub const SEGMENT_HEADER_BYTES: usize = SEGMENT_CRC_OFFSET + 4;
-const _: () = assert!(SEGMENT_HEADER_BYTES == 32);
+const _: () = assert!(SEGMENT_HEADER_BYTES == 56);
 
 const FRAME_CRC_OFFSET: usize = 0;
 const FRAME_BODY_BYTES_OFFSET: usize = FRAME_CRC_OFFSET + 4;
@@ -71,25 +95,51 @@ fn read_u64(bytes: &[u8], offset: usize) -> u64 {
 pub struct SegmentHeader {
     /// LSN of the first event in the segment.
     pub first_lsn: Lsn,
+    /// The identity of the store the segment belongs to.
+    pub store_id: StoreId,
+    /// The chain value of the log just before `first_lsn`: the checksum of
+    /// the previous segment's last frame ([`GENESIS_CHAIN`] for the store's
+    /// first segment).
+    pub prev_chain: u32,
     /// Random value chosen when the segment file was created.
     pub salt: u32,
     /// The header's checksum: the chain value the first frame links to.
     pub crc: u32,
 }
 
+/// Where a new segment sits in its store: the store's identity and the
+/// chain value of the log just before the segment's first LSN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentLink {
+    /// The store's identity.
+    pub store_id: StoreId,
+    /// Checksum of the frame just before the segment (of the log, across
+    /// segments), or [`GENESIS_CHAIN`] for the store's first segment.
+    pub prev_chain: u32,
+}
+
 /// Encodes the header of a segment whose first event has LSN `first_lsn`.
 ///
 /// `salt` is random per segment file, so that a segment created again at
 /// the same LSN (after salvage) never chains to frames of the old one.
-pub fn encode_segment_header(first_lsn: Lsn, salt: u32) -> [u8; SEGMENT_HEADER_BYTES] {
+pub fn encode_segment_header(
+    first_lsn: Lsn,
+    link: SegmentLink,
+    salt: u32,
+) -> [u8; SEGMENT_HEADER_BYTES] {
     let mut header = [0u8; SEGMENT_HEADER_BYTES];
     header[SEGMENT_MAGIC_OFFSET..SEGMENT_VERSION_OFFSET].copy_from_slice(&SEGMENT_MAGIC);
     header[SEGMENT_VERSION_OFFSET..SEGMENT_HEADER_BYTES_OFFSET]
         .copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     header[SEGMENT_HEADER_BYTES_OFFSET..SEGMENT_FIRST_LSN_OFFSET]
         .copy_from_slice(&(SEGMENT_HEADER_BYTES as u32).to_le_bytes());
-    header[SEGMENT_FIRST_LSN_OFFSET..SEGMENT_SALT_OFFSET].copy_from_slice(&first_lsn.to_le_bytes());
-    header[SEGMENT_SALT_OFFSET..SEGMENT_CRC_OFFSET].copy_from_slice(&salt.to_le_bytes());
+    header[SEGMENT_FIRST_LSN_OFFSET..SEGMENT_STORE_ID_OFFSET]
+        .copy_from_slice(&first_lsn.to_le_bytes());
+    header[SEGMENT_STORE_ID_OFFSET..SEGMENT_PREV_CHAIN_OFFSET].copy_from_slice(&link.store_id);
+    header[SEGMENT_PREV_CHAIN_OFFSET..SEGMENT_SALT_OFFSET]
+        .copy_from_slice(&link.prev_chain.to_le_bytes());
+    header[SEGMENT_SALT_OFFSET..SEGMENT_RESERVED_OFFSET].copy_from_slice(&salt.to_le_bytes());
+    // Reserved: written as zero, must read as zero.
     let crc = crc32fast::hash(&header[..SEGMENT_CRC_OFFSET]);
     header[SEGMENT_CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
     header
@@ -97,19 +147,23 @@ pub fn encode_segment_header(first_lsn: Lsn, salt: u32) -> [u8; SEGMENT_HEADER_B
 
 /// Checks a segment header.
 pub fn decode_segment_header(bytes: &[u8]) -> Result<SegmentHeader, String> {
+    // Magic and version first: a header of another version may have
+    // another size.
+    if bytes.len() >= SEGMENT_HEADER_BYTES_OFFSET {
+        if bytes[SEGMENT_MAGIC_OFFSET..SEGMENT_VERSION_OFFSET] != SEGMENT_MAGIC {
+            return Err("bad segment magic (not a convlog segment)".to_string());
+        }
+        let version = read_u32(bytes, SEGMENT_VERSION_OFFSET);
+        if version != FORMAT_VERSION {
+            return Err(format!(
+                "segment format version {version} is not supported (this build reads {FORMAT_VERSION})"
+            ));
+        }
+    }
     if bytes.len() < SEGMENT_HEADER_BYTES {
         return Err(format!(
             "segment header is {} bytes, expected {SEGMENT_HEADER_BYTES}",
             bytes.len()
-        ));
-    }
-    if bytes[SEGMENT_MAGIC_OFFSET..SEGMENT_VERSION_OFFSET] != SEGMENT_MAGIC {
-        return Err("bad segment magic (not a convlog segment)".to_string());
-    }
-    let version = read_u32(bytes, SEGMENT_VERSION_OFFSET);
-    if version != FORMAT_VERSION {
-        return Err(format!(
-            "segment format version {version} is not supported (this build reads {FORMAT_VERSION})"
         ));
     }
     let stored_crc = read_u32(bytes, SEGMENT_CRC_OFFSET);
@@ -129,8 +183,18 @@ pub fn decode_segment_header(bytes: &[u8]) -> Result<SegmentHeader, String> {
     if first_lsn == 0 {
         return Err("segment first LSN is 0 (LSNs start at 1)".to_string());
     }
+    let reserved = read_u32(bytes, SEGMENT_RESERVED_OFFSET);
+    if reserved != 0 {
+        return Err(format!(
+            "segment header reserved field is {reserved:#010x}, not 0"
+        ));
+    }
+    let mut store_id = [0u8; STORE_ID_BYTES];
+    store_id.copy_from_slice(&bytes[SEGMENT_STORE_ID_OFFSET..SEGMENT_PREV_CHAIN_OFFSET]);
     Ok(SegmentHeader {
         first_lsn,
+        store_id,
+        prev_chain: read_u32(bytes, SEGMENT_PREV_CHAIN_OFFSET),
         salt: read_u32(bytes, SEGMENT_SALT_OFFSET),
         crc: stored_crc,
     })
@@ -357,9 +421,17 @@ mod tests {
 
     #[test]
     fn segment_header_round_trips_and_rejects_every_bit_flip() {
-        let header = encode_segment_header(42, 0xdead_beef);
+        let link = SegmentLink {
+            store_id: [7; STORE_ID_BYTES],
+            prev_chain: 0x1234_5678,
+        };
+        let header = encode_segment_header(42, link, 0xdead_beef);
         let decoded = decode_segment_header(&header).unwrap();
         assert_eq!((decoded.first_lsn, decoded.salt), (42, 0xdead_beef));
+        assert_eq!(
+            (decoded.store_id, decoded.prev_chain),
+            ([7; 16], 0x1234_5678)
+        );
         for bit in 0..SEGMENT_HEADER_BYTES * 8 {
             let mut damaged = header;
             damaged[bit / 8] ^= 1 << (bit % 8);

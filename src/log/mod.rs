@@ -204,7 +204,6 @@ impl Log {
         if !options.create_in_nonempty_dir {
             check_store_directory(storage.as_ref(), &dir)?;
         }
-        let file_lock = take_lock(storage.as_ref(), &dir.join(LOCK_FILE_NAME), &dir)?;
         let recovered = recovery::recover(
             storage.as_ref(),
             &dir,
@@ -213,6 +212,10 @@ impl Log {
                 full_check_from_lsn: options.full_check_from_lsn,
             },
         )?;
+        // `LOCK` (for older versions, which lock only it) is created once the
+        // first segment is durable: a `LOCK` without segments then means the
+        // log was deleted (`Error::LogMissing`), never an interrupted creation.
+        let file_lock = take_lock(storage.as_ref(), &dir.join(LOCK_FILE_NAME), &dir)?;
         let next_lsn = recovered.report.next_lsn;
         let view = Arc::new(reader::SharedView::new(
             Arc::clone(&storage),

@@ -15,7 +15,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::log::format::{self, Frame, FrameDecode, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::log::format::{
+    self, Frame, FrameDecode, SegmentHeader, SegmentLink, StoreId, BATCH_BYTES_MAX,
+    FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES,
+};
 use crate::log::segment::{self, SegmentFile};
 use crate::log::Lsn;
 use crate::storage::{SealedFile, Storage, StorageFile};
@@ -61,6 +64,17 @@ pub struct SegmentScan {
     /// Checksum of the last valid frame (of the header if none): the chain
     /// value the next frame must link to.
     pub chain_crc: u32,
+    /// The store identity in the header.
+    pub store_id: StoreId,
+    /// The header's link to the log before this segment.
+    pub prev_chain: u32,
+    /// The chain value of the log at the end of the valid frames: the last
+    /// valid frame's checksum, or `prev_chain` if there is none. The next
+    /// segment's header must carry it as its `prev_chain`.
+    pub link_out: u32,
+    /// The chain value just before LSN `probe` (see [`scan_segment_probe`]),
+    /// when the valid frames of this segment reach it.
+    pub probe_chain: Option<u32>,
     /// How the scan ended.
     pub end: ScanEnd,
 }
@@ -71,6 +85,17 @@ pub struct SegmentScan {
 /// that may end in a torn tail). Returns `Err((offset, reason))` when the
 /// header itself is bad.
 pub fn scan_segment(bytes: &[u8], last: bool) -> Result<SegmentScan, (u64, String)> {
+    scan_segment_probe(bytes, last, 0)
+}
+
+/// [`scan_segment`], also noting the chain value of the log just before
+/// LSN `probe` (the header's `prev_chain` if the segment starts there, or
+/// the checksum of the valid frame that ends at `probe - 1`).
+pub fn scan_segment_probe(
+    bytes: &[u8],
+    last: bool,
+    probe: Lsn,
+) -> Result<SegmentScan, (u64, String)> {
     let header = format::decode_segment_header(bytes).map_err(|reason| (0, reason))?;
     let mut scan = SegmentScan {
         first_lsn: header.first_lsn,
@@ -78,6 +103,10 @@ pub fn scan_segment(bytes: &[u8], last: bool) -> Result<SegmentScan, (u64, Strin
         valid_bytes: SEGMENT_HEADER_BYTES as u64,
         frames: 0,
         chain_crc: header.crc,
+        store_id: header.store_id,
+        prev_chain: header.prev_chain,
+        link_out: header.prev_chain,
+        probe_chain: (probe == header.first_lsn).then_some(header.prev_chain),
         end: ScanEnd::Clean,
     };
     let mut offset = SEGMENT_HEADER_BYTES;
@@ -89,8 +118,12 @@ pub fn scan_segment(bytes: &[u8], last: bool) -> Result<SegmentScan, (u64, Strin
                         offset += frame.size_bytes();
                         scan.frames += 1;
                         scan.chain_crc = frame.crc;
+                        scan.link_out = frame.crc;
                         scan.next_lsn = frame.end_lsn();
                         scan.valid_bytes = offset as u64;
+                        if scan.next_lsn == probe {
+                            scan.probe_chain = Some(frame.crc);
+                        }
                         continue;
                     }
                     Err(reason) => reason,
@@ -189,6 +222,13 @@ pub struct RecoveryReport {
     pub salvaged: Option<Salvage>,
     /// Leftover temporary files from an interrupted segment creation, removed.
     pub temporary_files_removed: usize,
+    /// The store's identity (from its segment headers; chosen at random
+    /// when this open created the store).
+    pub store_id: StoreId,
+    /// The chain value of the log just before `full_check_from_lsn`, when
+    /// recovery saw a batch boundary there (a snapshot at that LSN must
+    /// carry it).
+    pub chain_before_full_check: Option<u32>,
 }
 
 /// A torn tail cut off by recovery.
@@ -245,6 +285,19 @@ pub struct RecoveryOptions {
     pub full_check_from_lsn: Lsn,
 }
 
+/// A directory with no segment but a `LOCK` file once held a log: `LOCK` is
+/// written only after the first segment is durable, so its segments were
+/// deleted. Opening it as a new, empty store would serve nothing where
+/// events were acknowledged; `open` and `verify` both refuse it.
+fn check_log_not_lost(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    if storage.exists(&dir.join(crate::log::LOCK_FILE_NAME)) {
+        return Err(Error::LogMissing {
+            path: dir.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
 /// Opens the segments of the store at `dir` for writing, repairing a torn
 /// tail. Creates the first segment of an empty store.
 pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> Result<Recovered> {
@@ -258,9 +311,18 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
     }
     let mut segments = listing.segments;
     if segments.is_empty() {
-        let (file, handle, header_crc) = segment::create(storage, dir, 1)?;
+        check_log_not_lost(storage, dir)?;
+        let store_id = format::new_store_id();
+        let link = SegmentLink {
+            store_id,
+            prev_chain: format::GENESIS_CHAIN,
+        };
+        let (file, handle, header_crc) = segment::create(storage, dir, 1, link)?;
         report.segments = 1;
         report.next_lsn = 1;
+        report.store_id = store_id;
+        report.chain_before_full_check =
+            (options.full_check_from_lsn == 1).then_some(format::GENESIS_CHAIN);
         return Ok(Recovered {
             sealed: Vec::new(),
             active: file,
@@ -271,11 +333,23 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
         });
     }
 
+    let probe = options.full_check_from_lsn;
+    // The store's identity: every segment must carry the first one's.
+    let mut store_id: Option<StoreId> = None;
     let originally_last = segments.last().map(|segment| segment.first_lsn);
-    // Sealed segments: header always, frames when not covered by a snapshot.
+    // Sealed segments: header, identity and the link to the next segment
+    // always; frames when not covered by a snapshot.
     for index in 0..segments.len() - 1 {
-        let next_first_lsn = segments[index + 1].first_lsn;
-        let checked = check_sealed(storage, &segments[index], next_first_lsn, options)?;
+        let next = read_header(storage, &segments[index + 1])?;
+        let checked = check_sealed(
+            storage,
+            &segments[index],
+            &segments[index + 1],
+            next.as_ref().ok(),
+            &mut store_id,
+            options,
+            &mut report.chain_before_full_check,
+        )?;
         if let Err((offset, reason)) = checked {
             if !options.salvage {
                 return Err(Error::Corrupted {
@@ -284,7 +358,8 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
                     reason,
                 });
             }
-            let salvage = salvage_from(storage, dir, &mut segments, index, offset, reason)?;
+            let link = salvage_link(storage, &segments[index], store_id)?;
+            let salvage = salvage_from(storage, dir, &mut segments, index, offset, reason, link)?;
             report.salvaged = Some(salvage);
             break;
         }
@@ -294,12 +369,12 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
     // A segment that salvage exposed as the last one was sealed before:
     // readers may map it, so it is never truncated in place, and any bad
     // byte in it is damage, not a torn tail.
-    let (active_bytes, next_lsn, active_chain_crc) = loop {
+    let (active_bytes, next_lsn, active_chain_crc, link_out) = loop {
         let last = segments.last().cloned().expect("segments is not empty");
         let bytes = read_whole(storage, &last.path)?;
         check_version(&last.path, &bytes)?;
         let was_sealed = report.salvaged.is_some() && originally_last != Some(last.first_lsn);
-        let scan = match scan_segment(&bytes, !was_sealed) {
+        let scan = match scan_segment_probe(&bytes, !was_sealed, probe) {
             Ok(scan) if scan.first_lsn != last.first_lsn => Err((
                 0,
                 format!(
@@ -307,17 +382,33 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
                     scan.first_lsn, last.first_lsn
                 ),
             )),
+            Ok(scan) if store_id.is_some_and(|known| known != scan.store_id) => Err((
+                0,
+                foreign_identity(&scan.store_id, &store_id.unwrap_or_default()),
+            )),
             other => other,
         };
         let damage = match scan {
-            Ok(scan) => match scan.end {
-                ScanEnd::Clean => break (scan.valid_bytes, scan.next_lsn, scan.chain_crc),
-                ScanEnd::Torn { offset, reason } => {
-                    cut_torn_tail(storage, &last.path, &bytes, offset, reason, &mut report)?;
-                    break (scan.valid_bytes, scan.next_lsn, scan.chain_crc);
+            Ok(scan) => {
+                store_id.get_or_insert(scan.store_id);
+                if scan.probe_chain.is_some() {
+                    report.chain_before_full_check = scan.probe_chain;
                 }
-                ScanEnd::Damaged { offset, reason } => (offset, reason),
-            },
+                let found = (
+                    scan.valid_bytes,
+                    scan.next_lsn,
+                    scan.chain_crc,
+                    scan.link_out,
+                );
+                match scan.end {
+                    ScanEnd::Clean => break found,
+                    ScanEnd::Torn { offset, reason } => {
+                        cut_torn_tail(storage, &last.path, &bytes, offset, reason, &mut report)?;
+                        break found;
+                    }
+                    ScanEnd::Damaged { offset, reason } => (offset, reason),
+                }
+            }
             Err(damage) => damage,
         };
         let (offset, reason) = damage;
@@ -329,6 +420,7 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
             });
         }
         let index = segments.len() - 1;
+        let link = salvage_link(storage, &last, store_id)?;
         report.salvaged = Some(salvage_from(
             storage,
             dir,
@@ -336,8 +428,17 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
             index,
             offset,
             reason,
+            link,
         )?);
+        if store_id.is_none() {
+            store_id = Some(link.store_id);
+        }
     };
+    let store_id = store_id.expect("the last segment's header was read");
+    if report.salvaged.is_some() {
+        // The probe may have come from bytes salvage moved aside.
+        report.chain_before_full_check = None;
+    }
 
     let (mut active_bytes, mut active_chain_crc) = (active_bytes, active_chain_crc);
     let poisoned_marker = dir.join(POISONED_MARKER);
@@ -357,7 +458,11 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
                 .open_write(&last.path)
                 .and_then(|file| file.sync_all())
                 .map_err(Error::io("fsync segment before sealing it", &last.path))?;
-            let (created, handle, header_crc) = segment::create(storage, dir, next_lsn)?;
+            let link = SegmentLink {
+                store_id,
+                prev_chain: link_out,
+            };
+            let (created, handle, header_crc) = segment::create(storage, dir, next_lsn, link)?;
             if created.first_lsn != last.first_lsn {
                 segments.push(last);
             }
@@ -388,6 +493,7 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
         .map_err(Error::io("fsync store directory", dir))?;
     report.segments = segments.len() + 1;
     report.next_lsn = next_lsn;
+    report.store_id = store_id;
     Ok(Recovered {
         sealed: segments,
         active,
@@ -398,51 +504,223 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
     })
 }
 
-/// Checks one sealed segment; `Ok(Err(..))` is damage at an offset.
+/// The identity and link a segment salvage may have to create in place of
+/// `damaged`: the store's known identity (a new one if no header could be
+/// read), and the damaged segment's own link when its header is readable.
+fn salvage_link(
+    storage: &dyn Storage,
+    damaged: &SegmentFile,
+    store_id: Option<StoreId>,
+) -> Result<SegmentLink> {
+    let header = read_header(storage, damaged)?.ok();
+    Ok(SegmentLink {
+        store_id: store_id
+            .or(header.map(|header| header.store_id))
+            .unwrap_or_else(format::new_store_id),
+        prev_chain: header.map_or(format::GENESIS_CHAIN, |header| header.prev_chain),
+    })
+}
+
+/// The reason given for a segment of another store.
+fn foreign_identity(found: &StoreId, expected: &StoreId) -> String {
+    format!(
+        "segment belongs to another store: its header carries store identity {}, the store's earlier segments {}",
+        format::store_id_hex(found),
+        format::store_id_hex(expected)
+    )
+}
+
+/// Reads and decodes a segment's header only; `Ok(Err(..))` is damage.
+fn read_header(
+    storage: &dyn Storage,
+    segment: &SegmentFile,
+) -> Result<Result<SegmentHeader, (u64, String)>> {
+    let file = storage
+        .open_read(&segment.path)
+        .map_err(Error::io("open segment", &segment.path))?;
+    let mut header = [0u8; SEGMENT_HEADER_BYTES];
+    let read = file
+        .read_at(&mut header, 0)
+        .map_err(Error::io("read segment header", &segment.path))?;
+    check_version(&segment.path, &header[..read])?;
+    Ok(match format::decode_segment_header(&header[..read]) {
+        Ok(decoded) if decoded.first_lsn != segment.first_lsn => Err((
+            0,
+            format!(
+                "header names first LSN {} but the file name says {}",
+                decoded.first_lsn, segment.first_lsn
+            ),
+        )),
+        Ok(decoded) => Ok(decoded),
+        Err(reason) => Err((0, reason)),
+    })
+}
+
+/// The identity of the store at `dir`, from its first segment's header.
+pub fn store_identity(storage: &dyn Storage, dir: &Path) -> Result<StoreId> {
+    let segments = segment::list(storage, dir)?.segments;
+    let first = segments.first().ok_or_else(|| Error::NotAStore {
+        path: dir.to_path_buf(),
+    })?;
+    read_header(storage, first)?
+        .map(|header| header.store_id)
+        .map_err(|(offset, reason)| Error::Corrupted {
+            segment: first.path.clone(),
+            offset,
+            reason,
+        })
+}
+
+/// Checks that a sealed segment whose valid frames end before `end_lsn`
+/// with chain value `link_out` is followed by `next` (`next_header`, when
+/// it decodes): the next segment starts at that LSN and links to that
+/// chain value. `Err` is the damage, located at the end of the segment.
+fn check_link(
+    end_offset: u64,
+    end_lsn: Lsn,
+    link_out: u32,
+    next: &SegmentFile,
+    next_header: Option<&SegmentHeader>,
+    store_id: Option<StoreId>,
+) -> Result<(), (u64, String)> {
+    let next_name = next
+        .path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if end_lsn < next.first_lsn {
+        return Err((
+            end_offset,
+            format!(
+                "segment ends before LSN {end_lsn} but the next segment starts at LSN {} ({next_name}): the events {end_lsn}..{} are missing (a segment file between them was removed or lost)",
+                next.first_lsn,
+                next.first_lsn - 1
+            ),
+        ));
+    }
+    if end_lsn > next.first_lsn {
+        return Err((
+            end_offset,
+            format!(
+                "segment ends before LSN {end_lsn} but the next segment starts at LSN {} ({next_name}): the segments overlap",
+                next.first_lsn
+            ),
+        ));
+    }
+    // A next segment of another store is reported as such when it is
+    // checked itself.
+    if let Some(header) = next_header.filter(|header| Some(header.store_id) == store_id) {
+        if header.prev_chain != link_out {
+            return Err((
+                end_offset,
+                format!(
+                    "the next segment ({next_name}) links to chain value {:#010x} but this segment ends with {link_out:#010x}: one of them is from another copy or version of the log",
+                    header.prev_chain
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the sealed segment `bytes` ends in a frame that ends exactly at
+/// LSN `end_lsn` (exclusive) and has checksum `link_out`, found from the
+/// end of the file without reading the segment's other frames.
+fn ends_with_link(bytes: &[u8], header: &SegmentHeader, end_lsn: Lsn, link_out: u32) -> bool {
+    if bytes.len() == SEGMENT_HEADER_BYTES {
+        return header.first_lsn == end_lsn && header.prev_chain == link_out;
+    }
+    let wanted = link_out.to_le_bytes();
+    let lowest = bytes
+        .len()
+        .saturating_sub(FRAME_HEADER_BYTES + BATCH_BYTES_MAX)
+        .max(SEGMENT_HEADER_BYTES);
+    let Some(highest) = bytes.len().checked_sub(FRAME_HEADER_BYTES) else {
+        return false;
+    };
+    (lowest..=highest).rev().any(|start| {
+        bytes[start..start + 4] == wanted
+            && matches!(
+                format::decode_frame(&bytes[start..]),
+                FrameDecode::Complete(frame)
+                    if start + frame.size_bytes() == bytes.len()
+                        && frame.end_lsn() == end_lsn
+                        && frame.first_lsn >= header.first_lsn
+            )
+    })
+}
+
+/// Checks one sealed segment and its link to the next; `Ok(Err(..))` is
+/// damage at an offset.
 fn check_sealed(
     storage: &dyn Storage,
     segment: &SegmentFile,
-    next_first_lsn: Lsn,
+    next: &SegmentFile,
+    next_header: Option<&SegmentHeader>,
+    store_id: &mut Option<StoreId>,
     options: RecoveryOptions,
+    probe_chain: &mut Option<u32>,
 ) -> Result<Result<(), (u64, String)>> {
     let bytes = storage
         .read_immutable(&segment.path, SealedFile::assert_sealed())
         .map_err(Error::io("read segment", &segment.path))?;
     let bytes: &[u8] = (*bytes).as_ref();
     check_version(&segment.path, bytes)?;
-    let header_lsn = match format::decode_segment_header(bytes) {
-        Ok(header) => header.first_lsn,
+    let header = match format::decode_segment_header(bytes) {
+        Ok(header) => header,
         Err(reason) => return Ok(Err((0, reason))),
     };
-    if header_lsn != segment.first_lsn {
+    if header.first_lsn != segment.first_lsn {
         return Ok(Err((
             0,
             format!(
-                "header names first LSN {header_lsn} but the file name says {}",
-                segment.first_lsn
+                "header names first LSN {} but the file name says {}",
+                header.first_lsn, segment.first_lsn
             ),
         )));
     }
-    if next_first_lsn <= options.full_check_from_lsn {
-        return Ok(Ok(()));
+    match store_id {
+        Some(known) if *known != header.store_id => {
+            return Ok(Err((0, foreign_identity(&header.store_id, known))))
+        }
+        Some(_) => {}
+        None => *store_id = Some(header.store_id),
     }
-    let scan = match scan_segment(bytes, false) {
+    if header.first_lsn == options.full_check_from_lsn {
+        *probe_chain = Some(header.prev_chain);
+    }
+    if next.first_lsn <= options.full_check_from_lsn {
+        // Covered by a snapshot: the frames are not read, but the segment
+        // must still end where the next one starts, in the frame the next
+        // header links to. Found from the end of the file.
+        if let Some(next_header) = next_header.filter(|next| next.store_id == header.store_id) {
+            if ends_with_link(bytes, &header, next.first_lsn, next_header.prev_chain) {
+                return Ok(Ok(()));
+            }
+        } else {
+            // The next header is damaged: reported when it is checked.
+            return Ok(Ok(()));
+        }
+        // Something is wrong: a full scan says exactly what.
+    }
+    let scan = match scan_segment_probe(bytes, false, options.full_check_from_lsn) {
         Ok(scan) => scan,
         Err(damage) => return Ok(Err(damage)),
     };
     if let ScanEnd::Damaged { offset, reason } | ScanEnd::Torn { offset, reason } = scan.end {
         return Ok(Err((offset, reason)));
     }
-    if scan.next_lsn != next_first_lsn {
-        return Ok(Err((
-            scan.valid_bytes,
-            format!(
-                "segment ends before LSN {} but the next segment starts at LSN {next_first_lsn}",
-                scan.next_lsn
-            ),
-        )));
+    if scan.probe_chain.is_some() {
+        *probe_chain = scan.probe_chain;
     }
-    Ok(Ok(()))
+    Ok(check_link(
+        scan.valid_bytes,
+        scan.next_lsn,
+        scan.link_out,
+        next,
+        next_header,
+        *store_id,
+    ))
 }
 
 /// Fails with `Error::UnsupportedVersion` for a segment of another format
@@ -513,6 +791,7 @@ fn salvage_from(
     index: usize,
     offset: u64,
     reason: String,
+    link: SegmentLink,
 ) -> Result<Salvage> {
     let quarantine = dir.join(QUARANTINE_DIR);
     storage
@@ -563,7 +842,7 @@ fn salvage_from(
         .sync_dir(dir)
         .map_err(Error::io("fsync store directory", dir))?;
     if segments.is_empty() {
-        let (file, _, _) = segment::create(storage, dir, damaged.first_lsn)?;
+        let (file, _, _) = segment::create(storage, dir, damaged.first_lsn, link)?;
         segments.push(file);
     }
     tracing::warn!(
@@ -621,6 +900,8 @@ pub struct VerifyReport {
     /// A torn tail at the end of the last segment (what a crash leaves; an
     /// open by the writer cuts it).
     pub torn_tail: Option<(PathBuf, u64)>,
+    /// The store's identity, carried by every segment header.
+    pub store_id: StoreId,
 }
 
 /// Checks every frame of every segment of the store at `dir` without
@@ -637,6 +918,7 @@ pub fn verify_with_progress(
 ) -> Result<VerifyReport> {
     let segments = segment::list(storage, dir)?.segments;
     if segments.is_empty() {
+        check_log_not_lost(storage, dir)?;
         return Err(Error::NotAStore {
             path: dir.to_path_buf(),
         });
@@ -647,6 +929,8 @@ pub fn verify_with_progress(
         next_lsn: segments[0].first_lsn,
         ..VerifyReport::default()
     };
+    // The previous segment: its path and where its valid frames end.
+    let mut previous: Option<(PathBuf, SegmentScan)> = None;
     for (index, segment) in segments.iter().enumerate() {
         let last = index + 1 == segments.len();
         let bytes = if last {
@@ -665,25 +949,167 @@ pub fn verify_with_progress(
         };
         let scan =
             scan_segment(bytes, last).map_err(|(offset, reason)| corrupted(offset, reason))?;
-        if scan.first_lsn != segment.first_lsn || scan.first_lsn != report.next_lsn {
+        if scan.first_lsn != segment.first_lsn {
             return Err(corrupted(
                 0,
                 format!(
-                    "segment starts at LSN {} (file name {}) where LSN {} was expected",
-                    scan.first_lsn, segment.first_lsn, report.next_lsn
+                    "header names first LSN {} but the file name says {}",
+                    scan.first_lsn, segment.first_lsn
                 ),
             ));
         }
-        match scan.end {
+        match &previous {
+            None => report.store_id = scan.store_id,
+            Some((previous_path, previous_scan)) => {
+                if scan.store_id != report.store_id {
+                    return Err(corrupted(
+                        0,
+                        foreign_identity(&scan.store_id, &report.store_id),
+                    ));
+                }
+                let header = format::decode_segment_header(bytes).ok();
+                check_link(
+                    previous_scan.valid_bytes,
+                    previous_scan.next_lsn,
+                    previous_scan.link_out,
+                    segment,
+                    header.as_ref(),
+                    Some(report.store_id),
+                )
+                .map_err(|(offset, reason)| Error::Corrupted {
+                    segment: previous_path.clone(),
+                    offset,
+                    reason,
+                })?;
+            }
+        }
+        match &scan.end {
             ScanEnd::Clean => {}
-            ScanEnd::Torn { offset, .. } => report.torn_tail = Some((segment.path.clone(), offset)),
-            ScanEnd::Damaged { offset, reason } => return Err(corrupted(offset, reason)),
+            ScanEnd::Torn { offset, .. } => {
+                report.torn_tail = Some((segment.path.clone(), *offset))
+            }
+            ScanEnd::Damaged { offset, reason } => return Err(corrupted(*offset, reason.clone())),
         }
         report.frames += scan.frames;
         report.events += scan.next_lsn - scan.first_lsn;
         report.bytes += bytes.len() as u64;
         report.next_lsn = scan.next_lsn;
         progress(report.bytes);
+        previous = Some((segment.path.clone(), scan));
     }
     Ok(report)
+}
+
+/// What the log holds just before an LSN: what a snapshot at that LSN must
+/// carry to belong to this log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainAt {
+    /// The chain value of the log just before the LSN: the checksum of the
+    /// frame that ends there, or the `prev_chain` of the segment that
+    /// starts there.
+    Found(u32),
+    /// The log starts after the LSN: the frame before it is gone.
+    BeforeStart {
+        /// The log's first LSN.
+        first_lsn: Lsn,
+    },
+    /// The log ends before the LSN.
+    PastEnd {
+        /// One past the log's last valid event.
+        next_lsn: Lsn,
+    },
+    /// The LSN falls inside a batch: no frame ends just before it.
+    InsideBatch {
+        /// The first LSN of the frame holding it.
+        frame_first_lsn: Lsn,
+        /// One past the frame's last LSN.
+        frame_end_lsn: Lsn,
+    },
+}
+
+/// The chain value of the log at `dir` just before LSN `lsn`: the checksum
+/// of the frame ending at `lsn - 1`. Reads one segment header when a
+/// segment starts at `lsn`, otherwise the frames of the segment holding
+/// `lsn - 1` up to it (checking each). Safe beside a writer: only complete
+/// frames below `lsn` are needed. Damage on the way is `Error::Corrupted`.
+pub fn chain_before(storage: &dyn Storage, dir: &Path, lsn: Lsn) -> Result<ChainAt> {
+    let segments = segment::list(storage, dir)?.segments;
+    let Some(first) = segments.first() else {
+        return Err(Error::NotAStore {
+            path: dir.to_path_buf(),
+        });
+    };
+    if lsn < first.first_lsn {
+        return Ok(ChainAt::BeforeStart {
+            first_lsn: first.first_lsn,
+        });
+    }
+    let index = segments
+        .iter()
+        .rposition(|segment| segment.first_lsn <= lsn)
+        .expect("the first segment starts at or before lsn");
+    let holder = &segments[index];
+    let corrupted = |(offset, reason): (u64, String)| Error::Corrupted {
+        segment: holder.path.clone(),
+        offset,
+        reason,
+    };
+    if holder.first_lsn == lsn {
+        let header = read_header(storage, holder)?.map_err(corrupted)?;
+        return Ok(ChainAt::Found(header.prev_chain));
+    }
+    let last = index + 1 == segments.len();
+    let bytes = read_whole(storage, &holder.path)?;
+    check_version(&holder.path, &bytes)?;
+    let header = format::decode_segment_header(&bytes).map_err(|reason| corrupted((0, reason)))?;
+    if header.first_lsn != holder.first_lsn {
+        return Err(corrupted((
+            0,
+            format!(
+                "header names first LSN {} but the file name says {}",
+                header.first_lsn, holder.first_lsn
+            ),
+        )));
+    }
+    let mut offset = SEGMENT_HEADER_BYTES;
+    let mut next_lsn = header.first_lsn;
+    let mut chain = header.crc;
+    loop {
+        let problem = match format::decode_frame(&bytes[offset..]) {
+            FrameDecode::Complete(frame) => match frame_follows(&frame, next_lsn, chain) {
+                Ok(()) => {
+                    if frame.end_lsn() == lsn {
+                        return Ok(ChainAt::Found(frame.crc));
+                    }
+                    if frame.end_lsn() > lsn {
+                        return Ok(ChainAt::InsideBatch {
+                            frame_first_lsn: frame.first_lsn,
+                            frame_end_lsn: frame.end_lsn(),
+                        });
+                    }
+                    offset += frame.size_bytes();
+                    next_lsn = frame.end_lsn();
+                    chain = frame.crc;
+                    continue;
+                }
+                Err(reason) => reason,
+            },
+            FrameDecode::Incomplete { .. } if offset == bytes.len() => {
+                "the segment ends here".to_string()
+            }
+            FrameDecode::Incomplete { .. } => "frame cut short".to_string(),
+            FrameDecode::Invalid(reason) => reason.to_string(),
+        };
+        // The end of the last segment (or of what is written so far) ends
+        // the log; anywhere else the frames had to reach `lsn`.
+        if last {
+            return Ok(ChainAt::PastEnd { next_lsn });
+        }
+        return Err(corrupted((
+            offset as u64,
+            format!(
+                "{problem}, before LSN {lsn} that the next segment's name promises this segment holds"
+            ),
+        )));
+    }
 }

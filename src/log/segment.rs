@@ -76,12 +76,14 @@ pub fn list(storage: &dyn Storage, dir: &Path) -> Result<DirectoryListing> {
 ///
 /// The header is written to a temporary file, fsynced, renamed to the final
 /// name and the directory fsynced, so a segment with a final name always has
-/// a whole header on disk. Returns the open file and the header's checksum
-/// (the chain value the first frame links to).
+/// a whole header on disk. `link` names the store and the chain value of
+/// the log just before `first_lsn`. Returns the open file and the header's
+/// checksum (the chain value the first frame links to).
 pub fn create(
     storage: &dyn Storage,
     dir: &Path,
     first_lsn: Lsn,
+    link: format::SegmentLink,
 ) -> Result<(SegmentFile, Box<dyn StorageFile>, u32)> {
     let path = dir.join(segment_file_name(first_lsn));
     let temporary = dir.join(format!(
@@ -92,7 +94,7 @@ pub fn create(
         .create(&temporary)
         .map_err(Error::io("create segment", &temporary))?;
     let salt = uuid::Uuid::new_v4().as_u128() as u32;
-    let header = format::encode_segment_header(first_lsn, salt);
+    let header = format::encode_segment_header(first_lsn, link, salt);
     let header_crc = format::decode_segment_header(&header)
         .expect("a freshly encoded header decodes")
         .crc;

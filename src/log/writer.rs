@@ -66,6 +66,8 @@ struct State {
 
 pub(crate) struct Writer {
     dir: PathBuf,
+    /// The store identity every new segment header carries.
+    store_id: format::StoreId,
     storage: Arc<dyn Storage>,
     options: LogOptions,
     state: Mutex<State>,
@@ -88,6 +90,7 @@ impl Writer {
         let next_lsn = recovered.report.next_lsn;
         Writer {
             dir,
+            store_id: recovered.report.store_id,
             storage: Arc::clone(&options.storage),
             options,
             state: Mutex::new(State {
@@ -398,7 +401,13 @@ impl Writer {
             state.durable_bytes = state.written_bytes;
         }
         let next_lsn = state.next_lsn;
-        match segment::create(self.storage.as_ref(), &self.dir, next_lsn) {
+        // The active segment holds frames (`needs_roll`): the chain value
+        // is its last frame's checksum, which the new header links to.
+        let link = format::SegmentLink {
+            store_id: self.store_id,
+            prev_chain: state.chain_crc,
+        };
+        match segment::create(self.storage.as_ref(), &self.dir, next_lsn, link) {
             Ok((created, handle, header_crc)) => {
                 state.chain_crc = header_crc;
                 let sealed_path = std::mem::replace(&mut state.active_path, created.path.clone());

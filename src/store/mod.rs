@@ -30,6 +30,8 @@ use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 use crate::codec;
 use crate::conversation::ConversationSlice;
 use crate::error::{Error, Result};
+use crate::log::format::StoreId;
+use crate::log::recovery::ChainAt;
 use crate::log::{Durability, Log, LogOptions, LogReader, Lsn, Position, RecoveryReport};
 use crate::model::Event;
 use crate::reducer::{self, AnySlice, ErasedReducer, HostSlot, Observer, Reducer};
@@ -521,17 +523,37 @@ impl Store {
                 .sync_dir(&snapshots)
                 .map_err(Error::io("fsync snapshot directory", &snapshots))?;
         }
+        let listed = snapshot::list(storage.as_ref(), &dir)?;
+        if !listed.is_empty()
+            && crate::log::segment::list(storage.as_ref(), &dir)?
+                .segments
+                .is_empty()
+        {
+            // Opening would create a new, empty log beside snapshots of an
+            // old one: the log is missing, not new.
+            return Err(Error::SnapshotRestore {
+                path: snapshots,
+                reason: format!(
+                    "{} holds snapshots but no segment file: the store's log is missing (restore its segments, or remove the snapshots to start an empty store)",
+                    dir.display()
+                ),
+            });
+        }
         let mut candidates = Vec::new();
-        for (_, path) in snapshot::list(storage.as_ref(), &dir)? {
+        for (_, path) in listed {
             match snapshot::load(storage.as_ref(), &path) {
                 Ok(loaded) => candidates.push(loaded),
-                Err(error) => skip_snapshot(&mut report, path, error.to_string()),
+                Err(error) => skip_snapshot(&mut report, path, damaged_reason(&error)),
             }
         }
+        // Sealed segments the newest snapshot covers are checked by header
+        // (and link) only; recovery also reads the log's chain value at its
+        // LSN, which the snapshot must carry.
+        let full_check_from_lsn = candidates.first().map_or(1, |loaded| loaded.lsn);
         let log = Log::open(
             &dir,
             LogOptions {
-                full_check_from_lsn: candidates.first().map_or(1, |loaded| loaded.lsn),
+                full_check_from_lsn,
                 ..options.log.clone()
             },
         )?;
@@ -550,31 +572,36 @@ impl Store {
         }
         report.recovery = log.recovery_report().clone();
         let (first_lsn, next_lsn) = (log.first_lsn(), log.next_lsn());
-        let mut chosen = None;
-        for loaded in candidates {
-            if loaded.lsn > next_lsn {
-                let reason = format!(
-                    "covers events up to LSN {} but the log ends before LSN {next_lsn}",
-                    loaded.lsn
-                );
-                skip_snapshot(&mut report, loaded.path.clone(), reason);
-            } else if loaded.lsn < first_lsn {
-                let reason = format!(
-                    "ends at LSN {} but the log now starts at LSN {first_lsn}",
-                    loaded.lsn
-                );
-                skip_snapshot(&mut report, loaded.path.clone(), reason);
-            } else if chosen.is_none() {
-                chosen = Some(loaded);
+        let span = LogSpan {
+            store_id: report.recovery.store_id,
+            first_lsn,
+            next_lsn,
+            known_chain: report
+                .recovery
+                .chain_before_full_check
+                .map(|chain| (full_check_from_lsn, chain)),
+        };
+        let (chosen, rejected) = choose_snapshot(storage.as_ref(), &dir, candidates, &span);
+        for (path, mismatch) in &rejected {
+            if mismatch.is_problem() {
+                skip_snapshot(&mut report, path.clone(), mismatch.to_string());
             }
         }
         if chosen.is_none() && first_lsn > 1 {
-            return Err(Error::SnapshotRestore {
-                path: dir.join(snapshot::SNAPSHOT_DIR),
-                reason: format!(
-                    "no usable snapshot, and the log was compacted to start at LSN {first_lsn}: events before it are gone"
-                ),
-            });
+            return Err(no_usable_snapshot(
+                &dir,
+                first_lsn,
+                report
+                    .skipped_snapshots
+                    .iter()
+                    .map(|(path, reason)| (path.clone(), reason.clone()))
+                    .chain(
+                        rejected
+                            .iter()
+                            .filter(|(_, mismatch)| !mismatch.is_problem())
+                            .map(|(path, mismatch)| (path.clone(), mismatch.to_string())),
+                    ),
+            ));
         }
         let snapshot_lsn = chosen.as_ref().map_or(1, |loaded| loaded.lsn);
         report.snapshot = chosen
@@ -607,7 +634,7 @@ impl Store {
             return Err(Error::SnapshotRestore {
                 path: report.snapshot.clone().map(|(path, _)| path).unwrap_or_default(),
                 reason: format!(
-                    "a registered reducer has no slice in it, and the log before LSN {first_lsn} was compacted"
+                    "a registered reducer has no slice in it, and the log starts at LSN {first_lsn}: the events before it are not there to rebuild the slice from"
                 ),
             });
         }
@@ -870,7 +897,8 @@ impl StoreCore {
                         .map(|loaded| loaded.path.clone())
                         .unwrap_or_default(),
                     reason: format!(
-                        "{error}; the log before it was compacted, so there is no fallback"
+                        "{error}; the log starts at LSN {}, so there is no fallback",
+                        self.log.first_lsn()
                     ),
                 });
             }
@@ -1077,7 +1105,15 @@ impl StoreCore {
                 Err(error) => Some(Err(error)),
             });
         let storage = Arc::clone(&self.options.log.storage);
-        let path = snapshot::write(storage.as_ref(), self.log.dir(), lsn, blobs, host_slices)?;
+        let binding = self.binding_at(storage.as_ref(), lsn)?;
+        let path = snapshot::write(
+            storage.as_ref(),
+            self.log.dir(),
+            lsn,
+            binding,
+            blobs,
+            host_slices,
+        )?;
         let loaded = Arc::new(snapshot::load(storage.as_ref(), &path)?);
         {
             let mut state = self.state.write();
@@ -1118,14 +1154,29 @@ impl Store {
                 note: Some("retention keeps the whole log (Retention::KeepAll)".to_string()),
             });
         }
-        let Some(lsn) = self.state.read().snapshot.as_ref().map(|loaded| loaded.lsn) else {
+        let Some(loaded) = self.state.read().snapshot.clone() else {
             return Ok(CompactReport {
                 removed: Vec::new(),
                 note: Some("no snapshot yet: nothing is covered".to_string()),
             });
         };
+        let lsn = loaded.lsn;
         let removed = {
             let _no_reads = self.compacting.write();
+            // Never delete on the word of a snapshot not checked against the
+            // log as it is now (its files may have changed under the store).
+            let storage = Arc::clone(&self.options.log.storage);
+            snapshot::check_against_log(
+                storage.as_ref(),
+                self.log.dir(),
+                &loaded,
+                &self.open_report.recovery.store_id,
+                None,
+            )
+            .map_err(|mismatch| Error::SnapshotRestore {
+                path: loaded.path.clone(),
+                reason: format!("{mismatch}; compaction deleted nothing"),
+            })?;
             self.log.remove_segments_before(lsn)?
         };
         let note = removed
@@ -1413,12 +1464,125 @@ impl StoreCore {
     }
 }
 
+impl StoreCore {
+    /// What ties a snapshot at `lsn` to this store's log: the store identity
+    /// and the chain value of the frame ending at `lsn - 1`.
+    fn binding_at(
+        &self,
+        storage: &dyn crate::storage::Storage,
+        lsn: Lsn,
+    ) -> Result<snapshot::SnapshotBinding> {
+        let _frames_stay = self.compacting.read();
+        match crate::log::recovery::chain_before(storage, self.log.dir(), lsn)? {
+            ChainAt::Found(chain) => Ok(snapshot::SnapshotBinding {
+                store_id: self.open_report.recovery.store_id,
+                chain,
+            }),
+            other => Err(Error::SnapshotRestore {
+                path: self
+                    .log
+                    .dir()
+                    .join(snapshot::SNAPSHOT_DIR)
+                    .join(snapshot::snapshot_file_name(lsn)),
+                reason: format!("cannot bind a snapshot at LSN {lsn} to the log: {other:?}"),
+            }),
+        }
+    }
+}
+
+/// The log a snapshot is checked against.
+struct LogSpan {
+    store_id: StoreId,
+    first_lsn: Lsn,
+    next_lsn: Lsn,
+    /// A chain value recovery already read: (LSN, chain just before it).
+    known_chain: Option<(Lsn, u32)>,
+}
+
+/// The snapshot opening starts from: the newest one (of `candidates`,
+/// newest first, each with a good header and directory) that belongs to
+/// this log. Returns it, and why each newer one was passed over. Older
+/// snapshots than the chosen one are not examined.
+fn choose_snapshot(
+    storage: &dyn crate::storage::Storage,
+    dir: &Path,
+    candidates: Vec<LoadedSnapshot>,
+    log: &LogSpan,
+) -> (
+    Option<LoadedSnapshot>,
+    Vec<(PathBuf, snapshot::SnapshotMismatch)>,
+) {
+    let mut rejected = Vec::new();
+    for loaded in candidates {
+        // The cheap verdicts first; the chain check reads the log.
+        let checked = if loaded.binding.store_id != log.store_id {
+            Err(snapshot::SnapshotMismatch::ForeignStore {
+                snapshot: loaded.binding.store_id,
+                store: log.store_id,
+            })
+        } else if loaded.lsn > log.next_lsn {
+            Err(snapshot::SnapshotMismatch::PastEnd {
+                lsn: loaded.lsn,
+                log_next_lsn: log.next_lsn,
+            })
+        } else if loaded.lsn < log.first_lsn {
+            Err(snapshot::SnapshotMismatch::BeforeStart {
+                lsn: loaded.lsn,
+                log_first_lsn: log.first_lsn,
+            })
+        } else {
+            snapshot::check_against_log(storage, dir, &loaded, &log.store_id, log.known_chain)
+        };
+        match checked {
+            Ok(()) => return (Some(loaded), rejected),
+            Err(mismatch) => rejected.push((loaded.path.clone(), mismatch)),
+        }
+    }
+    (None, rejected)
+}
+
+/// The error when the log does not start at LSN 1 and no snapshot usable
+/// with it covers the events before its start.
+fn no_usable_snapshot(
+    dir: &Path,
+    first_lsn: Lsn,
+    passed_over: impl Iterator<Item = (PathBuf, String)>,
+) -> Error {
+    let reasons: Vec<String> = passed_over
+        .map(|(path, reason)| format!("{}: {reason}", path.display()))
+        .collect();
+    let first_segment = crate::log::segment::segment_file_name(first_lsn);
+    Error::SnapshotRestore {
+        path: dir.join(snapshot::SNAPSHOT_DIR),
+        reason: format!(
+            "the log starts at LSN {first_lsn} (segment {first_segment}), so events 1..{} must come from a snapshot, and no snapshot usable with this log covers them ({}); either segments before it were deleted (compaction, or by hand) and their snapshot is gone or does not match, or a segment file is missing",
+            first_lsn - 1,
+            if reasons.is_empty() {
+                "there is no snapshot".to_string()
+            } else {
+                reasons.join("; ")
+            }
+        ),
+    }
+}
+
+/// A load failure as a reason to skip a snapshot.
+fn damaged_reason(error: &Error) -> String {
+    match error {
+        Error::SnapshotRestore { reason, .. } => format!("damaged: {reason}"),
+        other => format!("damaged: {other}"),
+    }
+}
+
 fn skip_snapshot(report: &mut OpenReport, path: PathBuf, reason: String) {
     tracing::warn!(snapshot = %path.display(), reason = %reason, "skipping unusable snapshot");
     report.skipped_snapshots.push((path, reason));
 }
 
-/// A checked snapshot's LSN and conversation count, or what is wrong with it.
+/// A checked snapshot's LSN and conversation count, or what is wrong with
+/// it (damaged, another store's, or stale: not matching the log). A
+/// snapshot merely superseded (it ends before the log's first LSN) whose
+/// bytes check out is `Ok`.
 pub type SnapshotCheck = std::result::Result<(Lsn, usize), String>;
 
 /// What [`verify`] found.
@@ -1428,13 +1592,28 @@ pub struct StoreVerifyReport {
     pub log: crate::log::VerifyReport,
     /// Distinct conversations in the log.
     pub conversations: usize,
-    /// Every snapshot: its file and LSN and conversation count, or what is wrong.
+    /// Every snapshot, newest first: its file and LSN and conversation
+    /// count, or what is wrong.
     pub snapshots: Vec<(PathBuf, SnapshotCheck)>,
+    /// The snapshot opening the store starts from (the newest one that
+    /// belongs to the log), and its LSN.
+    pub chosen_snapshot: Option<(PathBuf, Lsn)>,
 }
 
 /// Checks a whole store without changing it: every record of every segment
-/// (checksums, and that each payload decodes as an event) and every snapshot.
-/// Fails at the first damage in the log; damaged snapshots are reported.
+/// (checksums, links between segments, the store identity, and that each
+/// payload decodes as an event) and every snapshot (its bytes, and that it
+/// belongs to this log).
+///
+/// Reaches the verdict [`Store::open`] reaches on the same bytes: it fails
+/// wherever opening fails (damage in the log, a missing segment, a log that
+/// does not start at LSN 1 with no usable snapshot), and also when the
+/// snapshot opening would use is needed (the log starts after LSN 1) but
+/// holds a damaged conversation slice, which reading that conversation
+/// would then report. It can fail where opening succeeds only on damage in
+/// bytes opening does not read: the frames of sealed segments wholly
+/// covered by the snapshot in use. Snapshots that are damaged, another
+/// store's or stale are reported in [`StoreVerifyReport::snapshots`].
 pub fn verify(dir: impl AsRef<Path>, progress: &mut dyn FnMut(u64)) -> Result<StoreVerifyReport> {
     let dir = dir.as_ref();
     let storage = crate::storage::FileSystem;
@@ -1456,14 +1635,73 @@ pub fn verify(dir: impl AsRef<Path>, progress: &mut dyn FnMut(u64)) -> Result<St
             }
         }
     }
+    let span = LogSpan {
+        store_id: log.store_id,
+        first_lsn: log.first_lsn,
+        next_lsn: log.next_lsn,
+        known_chain: None,
+    };
     let mut snapshots = Vec::new();
+    // Why each snapshot newer than the chosen one was passed over.
+    let mut passed_over = Vec::new();
+    let mut chosen: Option<(PathBuf, Lsn, SnapshotCheck)> = None;
     for (_, path) in snapshot::list(&storage, dir)? {
-        let checked = snapshot::verify(&storage, &path).map_err(|error| error.to_string());
+        let loaded = match snapshot::load(&storage, &path) {
+            Ok(loaded) => loaded,
+            Err(error) => {
+                let reason = damaged_reason(&error);
+                if chosen.is_none() {
+                    passed_over.push((path.clone(), reason.clone()));
+                }
+                snapshots.push((path, Err(reason)));
+                continue;
+            }
+        };
+        let lsn = loaded.lsn;
+        let (usable, mut rejected) = choose_snapshot(&storage, dir, vec![loaded], &span);
+        let contents = snapshot::verify(&storage, &path).map_err(|error| damaged_reason(&error));
+        let checked = match rejected.pop() {
+            Some((_, mismatch)) if mismatch.is_problem() => Err(mismatch.to_string()),
+            Some((_, superseded)) => {
+                if chosen.is_none() {
+                    passed_over.push((path.clone(), superseded.to_string()));
+                }
+                contents
+            }
+            None => contents,
+        };
+        match &checked {
+            // Passed over above, as superseded.
+            _ if usable.is_none() && passed_over.last().is_some_and(|(last, _)| *last == path) => {}
+            Err(reason) if chosen.is_none() && usable.is_none() => {
+                passed_over.push((path.clone(), reason.clone()))
+            }
+            _ => {}
+        }
+        if usable.is_some() && chosen.is_none() {
+            chosen = Some((path.clone(), lsn, checked.clone()));
+        }
         snapshots.push((path, checked));
+    }
+    if log.first_lsn > 1 {
+        match &chosen {
+            None => return Err(no_usable_snapshot(dir, log.first_lsn, passed_over.into_iter())),
+            Some((path, _, Err(reason))) => {
+                return Err(Error::SnapshotRestore {
+                    path: path.clone(),
+                    reason: format!(
+                        "{reason}; it is the snapshot opening uses, and the log starts at LSN {}, so the conversations it holds cannot be served",
+                        log.first_lsn
+                    ),
+                })
+            }
+            Some(_) => {}
+        }
     }
     Ok(StoreVerifyReport {
         log,
         conversations: conversations.len(),
         snapshots,
+        chosen_snapshot: chosen.map(|(path, lsn, _)| (path, lsn)),
     })
 }

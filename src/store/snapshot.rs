@@ -3,12 +3,15 @@
 //! ```text
 //! snapshots/<lsn:020>.snap
 //! +------------------+---------------------------+--------------------+
-//! | header (48 B)    | conversation blobs ...    | directory          |
+//! | header (72 B)    | conversation blobs ...    | directory          |
 //! +------------------+---------------------------+--------------------+
 //! ```
 //!
-//! The header names the snapshot LSN (every event below it is folded in)
-//! and where the directory is, with its checksum. The directory lists each
+//! The header names the snapshot LSN (every event below it is folded in),
+//! the store it belongs to and the chain value of the last frame it covers
+//! (which ties it to one exact log prefix), and where the directory is,
+//! with its checksum. A snapshot is used only after
+//! [`check_against_log`] found it bound to the log it is opened with. The directory lists each
 //! conversation's blob (offset, length, checksum) and every host slice.
 //! Opening a store reads the header and the directory only; a blob is read
 //! and checked when its conversation is. `docs/format.md` has the bytes.
@@ -24,6 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec;
 use crate::error::{Error, Result};
+use crate::log::format::{self, StoreId, STORE_ID_BYTES};
+use crate::log::recovery::{self, ChainAt};
 use crate::log::Lsn;
 use crate::storage::{Storage, StorageFile};
 
@@ -32,19 +37,22 @@ pub const SNAPSHOT_DIR: &str = "snapshots";
 /// Magic bytes at the start of every snapshot file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"CVLOGSNP";
 /// The snapshot format version this build writes and reads.
-pub const SNAPSHOT_VERSION: u32 = 1;
+pub const SNAPSHOT_VERSION: u32 = 2;
 
 const MAGIC_OFFSET: usize = 0;
 const VERSION_OFFSET: usize = MAGIC_OFFSET + 8;
 const HEADER_BYTES_OFFSET: usize = VERSION_OFFSET + 4;
 const LSN_OFFSET: usize = HEADER_BYTES_OFFSET + 4;
-const DIRECTORY_OFFSET_OFFSET: usize = LSN_OFFSET + 8;
+const STORE_ID_OFFSET: usize = LSN_OFFSET + 8;
+const CHAIN_OFFSET: usize = STORE_ID_OFFSET + STORE_ID_BYTES;
+const RESERVED_OFFSET: usize = CHAIN_OFFSET + 4;
+const DIRECTORY_OFFSET_OFFSET: usize = RESERVED_OFFSET + 4;
 const DIRECTORY_BYTES_OFFSET: usize = DIRECTORY_OFFSET_OFFSET + 8;
 const DIRECTORY_CRC_OFFSET: usize = DIRECTORY_BYTES_OFFSET + 8;
 const HEADER_CRC_OFFSET: usize = DIRECTORY_CRC_OFFSET + 4;
 /// Size of the snapshot header.
 pub const SNAPSHOT_HEADER_BYTES: usize = HEADER_CRC_OFFSET + 4;
-const _: () = assert!(SNAPSHOT_HEADER_BYTES == 48);
+const _: () = assert!(SNAPSHOT_HEADER_BYTES == 72);
 
 /// Largest snapshot directory this build reads.
 pub const SNAPSHOT_DIRECTORY_BYTES_MAX: u64 = 1 << 30;
@@ -66,6 +74,17 @@ struct Directory {
     host_slices: Vec<(String, Vec<u8>)>,
 }
 
+/// What ties a snapshot to one exact prefix of one store's log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotBinding {
+    /// The identity of the store the snapshot was taken of.
+    pub store_id: StoreId,
+    /// The chain value of the log just before the snapshot's LSN: the
+    /// checksum of the frame ending at `lsn - 1` (see
+    /// [`recovery::chain_before`]).
+    pub chain: u32,
+}
+
 /// A snapshot file whose header and directory checked out.
 #[derive(Debug)]
 pub struct LoadedSnapshot {
@@ -73,6 +92,8 @@ pub struct LoadedSnapshot {
     pub path: PathBuf,
     /// Every event below this LSN is folded in.
     pub lsn: Lsn,
+    /// The store and log prefix it was taken of.
+    pub binding: SnapshotBinding,
     /// Conversation id → its blob.
     pub conversations: HashMap<String, BlobLocation>,
     /// Host reducer name → its encoded slice.
@@ -109,6 +130,15 @@ pub fn snapshot_file_name(lsn: Lsn) -> String {
     format!("{lsn:020}.snap")
 }
 
+/// The LSN a snapshot file name announces, if `name` is one.
+pub fn parse_snapshot_file_name(name: &str) -> Option<Lsn> {
+    let stem = name.strip_suffix(".snap")?;
+    if stem.len() != 20 || !stem.bytes().all(|byte| byte.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
 /// Snapshot files in the store, newest first.
 pub fn list(storage: &dyn Storage, dir: &Path) -> Result<Vec<(Lsn, PathBuf)>> {
     let snapshots = dir.join(SNAPSHOT_DIR);
@@ -119,11 +149,7 @@ pub fn list(storage: &dyn Storage, dir: &Path) -> Result<Vec<(Lsn, PathBuf)>> {
         .list_dir(&snapshots)
         .map_err(Error::io("list snapshot directory", &snapshots))?
         .into_iter()
-        .filter_map(|name| {
-            let stem = name.strip_suffix(".snap")?;
-            (stem.len() == 20).then_some(())?;
-            Some((stem.parse().ok()?, snapshots.join(&name)))
-        })
+        .filter_map(|name| Some((parse_snapshot_file_name(&name)?, snapshots.join(&name))))
         .collect();
     found.sort_by_key(|(lsn, _)| std::cmp::Reverse(*lsn));
     Ok(found)
@@ -135,6 +161,7 @@ pub fn write(
     storage: &dyn Storage,
     dir: &Path,
     lsn: Lsn,
+    binding: SnapshotBinding,
     conversations: impl Iterator<Item = Result<(String, Vec<u8>)>>,
     host_slices: Vec<(String, Vec<u8>)>,
 ) -> Result<PathBuf> {
@@ -186,7 +213,7 @@ pub fn write(
     buffer.extend_from_slice(&directory_bytes);
     file.write_all_at(&buffer, buffer_offset)
         .map_err(Error::io("write snapshot", &temporary))?;
-    let header = encode_header(lsn, offset, &directory_bytes);
+    let header = encode_header(lsn, binding, offset, &directory_bytes);
     file.write_all_at(&header, 0)
         .map_err(Error::io("write snapshot header", &temporary))?;
     file.sync_all()
@@ -200,13 +227,21 @@ pub fn write(
     Ok(path)
 }
 
-fn encode_header(lsn: Lsn, directory_offset: u64, directory: &[u8]) -> [u8; SNAPSHOT_HEADER_BYTES] {
+fn encode_header(
+    lsn: Lsn,
+    binding: SnapshotBinding,
+    directory_offset: u64,
+    directory: &[u8],
+) -> [u8; SNAPSHOT_HEADER_BYTES] {
     let mut header = [0u8; SNAPSHOT_HEADER_BYTES];
     header[MAGIC_OFFSET..VERSION_OFFSET].copy_from_slice(&SNAPSHOT_MAGIC);
     header[VERSION_OFFSET..HEADER_BYTES_OFFSET].copy_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
     header[HEADER_BYTES_OFFSET..LSN_OFFSET]
         .copy_from_slice(&(SNAPSHOT_HEADER_BYTES as u32).to_le_bytes());
-    header[LSN_OFFSET..DIRECTORY_OFFSET_OFFSET].copy_from_slice(&lsn.to_le_bytes());
+    header[LSN_OFFSET..STORE_ID_OFFSET].copy_from_slice(&lsn.to_le_bytes());
+    header[STORE_ID_OFFSET..CHAIN_OFFSET].copy_from_slice(&binding.store_id);
+    header[CHAIN_OFFSET..RESERVED_OFFSET].copy_from_slice(&binding.chain.to_le_bytes());
+    // RESERVED_OFFSET..DIRECTORY_OFFSET_OFFSET stays zero.
     header[DIRECTORY_OFFSET_OFFSET..DIRECTORY_BYTES_OFFSET]
         .copy_from_slice(&directory_offset.to_le_bytes());
     header[DIRECTORY_BYTES_OFFSET..DIRECTORY_CRC_OFFSET]
@@ -254,7 +289,36 @@ pub fn load(storage: &dyn Storage, path: &Path) -> Result<LoadedSnapshot> {
     if crc32fast::hash(&header[..HEADER_CRC_OFFSET]) != field_u32(&header, HEADER_CRC_OFFSET) {
         return Err(damaged("header checksum mismatch".into()));
     }
+    let header_bytes = field_u32(&header, HEADER_BYTES_OFFSET);
+    if header_bytes as usize != SNAPSHOT_HEADER_BYTES {
+        return Err(damaged(format!(
+            "header size {header_bytes} is not {SNAPSHOT_HEADER_BYTES}"
+        )));
+    }
+    let reserved = field_u32(&header, RESERVED_OFFSET);
+    if reserved != 0 {
+        return Err(damaged(format!(
+            "header reserved field is {reserved:#010x}, not 0"
+        )));
+    }
     let lsn = field_u64(&header, LSN_OFFSET);
+    if lsn == 0 {
+        return Err(damaged("snapshot LSN is 0 (LSNs start at 1)".into()));
+    }
+    let named = path
+        .file_name()
+        .and_then(|name| parse_snapshot_file_name(&name.to_string_lossy()));
+    if let Some(named) = named.filter(|named| *named != lsn) {
+        return Err(damaged(format!(
+            "the file name says LSN {named} but the header says LSN {lsn}"
+        )));
+    }
+    let mut store_id = [0u8; STORE_ID_BYTES];
+    store_id.copy_from_slice(&header[STORE_ID_OFFSET..CHAIN_OFFSET]);
+    let binding = SnapshotBinding {
+        store_id,
+        chain: field_u32(&header, CHAIN_OFFSET),
+    };
     let directory_offset = field_u64(&header, DIRECTORY_OFFSET_OFFSET);
     let directory_bytes = field_u64(&header, DIRECTORY_BYTES_OFFSET);
     if directory_bytes > SNAPSHOT_DIRECTORY_BYTES_MAX {
@@ -287,6 +351,7 @@ pub fn load(storage: &dyn Storage, path: &Path) -> Result<LoadedSnapshot> {
     Ok(LoadedSnapshot {
         path: path.to_path_buf(),
         lsn,
+        binding,
         conversations,
         host_slices: directory.host_slices.into_iter().collect(),
         file,
@@ -307,4 +372,183 @@ pub fn verify(storage: &dyn Storage, path: &Path) -> Result<(Lsn, usize)> {
         })?;
     }
     Ok((snapshot.lsn, snapshot.conversations.len()))
+}
+
+/// Why a snapshot that reads well cannot stand in for the log it is
+/// opened with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotMismatch {
+    /// It was taken of another store: its identity is not the log's.
+    ForeignStore {
+        /// The identity in the snapshot.
+        snapshot: StoreId,
+        /// The identity in the log's segment headers.
+        store: StoreId,
+    },
+    /// It covers events the log does not hold (the log lost its tail, or
+    /// was restored from an older copy).
+    PastEnd {
+        /// The snapshot's LSN.
+        lsn: Lsn,
+        /// One past the log's last event.
+        log_next_lsn: Lsn,
+    },
+    /// The log holds other events than the snapshot was taken of: the
+    /// frame ending just before its LSN is not the one it covers.
+    Stale {
+        /// The snapshot's LSN.
+        lsn: Lsn,
+        /// The chain value the snapshot carries.
+        snapshot_chain: u32,
+        /// What the log holds there (`None`: no batch ends there).
+        log_chain: Option<u32>,
+    },
+    /// It ends before the log's first LSN, so it cannot be checked against
+    /// the log: a newer snapshot superseded it, or it is useless. Not a
+    /// problem in itself.
+    BeforeStart {
+        /// The snapshot's LSN.
+        lsn: Lsn,
+        /// The log's first LSN.
+        log_first_lsn: Lsn,
+    },
+    /// The log could not be read where the check needed it.
+    Unreadable(String),
+}
+
+impl SnapshotMismatch {
+    /// Whether this is a problem to report (everything except a snapshot
+    /// merely superseded by the log's start).
+    pub fn is_problem(&self) -> bool {
+        !matches!(self, SnapshotMismatch::BeforeStart { .. })
+    }
+}
+
+impl std::fmt::Display for SnapshotMismatch {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SnapshotMismatch::ForeignStore { snapshot, store } => write!(
+                formatter,
+                "not this store's snapshot: it belongs to store {}, this store is {}",
+                format::store_id_hex(snapshot),
+                format::store_id_hex(store)
+            ),
+            SnapshotMismatch::PastEnd { lsn, log_next_lsn } => write!(
+                formatter,
+                "stale: covers events up to LSN {} but the log ends before LSN {log_next_lsn}",
+                lsn - 1
+            ),
+            SnapshotMismatch::Stale {
+                lsn,
+                snapshot_chain,
+                log_chain: Some(log_chain),
+            } => write!(
+                formatter,
+                "stale: does not match the log at LSN {} (the snapshot covers a batch with checksum {snapshot_chain:#010x}, the log holds {log_chain:#010x} there: the log was rewritten after the snapshot was taken)",
+                lsn - 1
+            ),
+            SnapshotMismatch::Stale { lsn, .. } => write!(
+                formatter,
+                "stale: does not match the log at LSN {}: no batch of the log ends there",
+                lsn - 1
+            ),
+            SnapshotMismatch::BeforeStart { lsn, log_first_lsn } => write!(
+                formatter,
+                "superseded: ends at LSN {lsn}, before the log's first LSN {log_first_lsn}"
+            ),
+            SnapshotMismatch::Unreadable(reason) => {
+                write!(formatter, "cannot be checked against the log: {reason}")
+            }
+        }
+    }
+}
+
+/// Checks that `snapshot` belongs to the log of the store at `dir`: the
+/// same store identity (`store_id`, see [`recovery::store_identity`]), and
+/// the log's chain value just before the snapshot's LSN equal to the one
+/// the snapshot carries. `known_chain` is an (LSN, chain value) the caller
+/// already read from the log (recovery reports one), used instead of
+/// reading it again when the LSN matches.
+///
+/// This is the one test that decides whether a snapshot may stand in for
+/// the events below its LSN (on open, in `verify`, before compaction).
+pub fn check_against_log(
+    storage: &dyn Storage,
+    dir: &Path,
+    snapshot: &LoadedSnapshot,
+    store_id: &StoreId,
+    known_chain: Option<(Lsn, u32)>,
+) -> std::result::Result<(), SnapshotMismatch> {
+    if snapshot.binding.store_id != *store_id {
+        return Err(SnapshotMismatch::ForeignStore {
+            snapshot: snapshot.binding.store_id,
+            store: *store_id,
+        });
+    }
+    let lsn = snapshot.lsn;
+    let at = match known_chain {
+        Some((known_lsn, chain)) if known_lsn == lsn => ChainAt::Found(chain),
+        _ => recovery::chain_before(storage, dir, lsn)
+            .map_err(|error| SnapshotMismatch::Unreadable(error.to_string()))?,
+    };
+    match at {
+        ChainAt::Found(chain) if chain == snapshot.binding.chain => Ok(()),
+        ChainAt::Found(chain) => Err(SnapshotMismatch::Stale {
+            lsn,
+            snapshot_chain: snapshot.binding.chain,
+            log_chain: Some(chain),
+        }),
+        ChainAt::InsideBatch { .. } => Err(SnapshotMismatch::Stale {
+            lsn,
+            snapshot_chain: snapshot.binding.chain,
+            log_chain: None,
+        }),
+        ChainAt::PastEnd { next_lsn } => Err(SnapshotMismatch::PastEnd {
+            lsn,
+            log_next_lsn: next_lsn,
+        }),
+        ChainAt::BeforeStart { first_lsn } => Err(SnapshotMismatch::BeforeStart {
+            lsn,
+            log_first_lsn: first_lsn,
+        }),
+    }
+}
+
+/// Why a snapshot file cannot be used with a store's log.
+#[derive(Debug)]
+pub enum SnapshotRejection {
+    /// The file itself fails its checks (header, directory, name).
+    Damaged(Error),
+    /// It reads well but does not belong to this log.
+    Mismatch(SnapshotMismatch),
+}
+
+impl std::fmt::Display for SnapshotRejection {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SnapshotRejection::Damaged(Error::SnapshotRestore { reason, .. }) => {
+                write!(formatter, "damaged: {reason}")
+            }
+            SnapshotRejection::Damaged(error) => write!(formatter, "damaged: {error}"),
+            SnapshotRejection::Mismatch(mismatch) => mismatch.fmt(formatter),
+        }
+    }
+}
+
+/// Loads the snapshot at `path` and checks it against the log of the store
+/// at `dir` (its header and directory, its identity, and its chain value):
+/// the snapshot, ready to use, or why not. Reads the blobs only when they
+/// are used; [`verify`] checks them all.
+pub fn load_checked(
+    storage: &dyn Storage,
+    dir: &Path,
+    path: &Path,
+) -> std::result::Result<LoadedSnapshot, SnapshotRejection> {
+    let loaded = load(storage, path).map_err(SnapshotRejection::Damaged)?;
+    let store_id = recovery::store_identity(storage, dir).map_err(|error| {
+        SnapshotRejection::Mismatch(SnapshotMismatch::Unreadable(error.to_string()))
+    })?;
+    check_against_log(storage, dir, &loaded, &store_id, None)
+        .map_err(SnapshotRejection::Mismatch)?;
+    Ok(loaded)
 }

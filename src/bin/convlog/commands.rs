@@ -457,8 +457,11 @@ pub fn verify(dir: &Path, log_only: bool) -> Result<(), Failure> {
                 ),
             ),
             Err(reason) => {
-                row("snapshot", format!("{}: DAMAGED: {reason}", path.display()));
-                damaged.push(format!("snapshot {} is damaged: {reason}", path.display()));
+                row(
+                    "snapshot",
+                    format!("{}: UNUSABLE: {reason}", path.display()),
+                );
+                damaged.push(format!("snapshot {} is unusable: {reason}", path.display()));
             }
         }
     }
@@ -473,7 +476,7 @@ pub fn verify(dir: &Path, log_only: bool) -> Result<(), Failure> {
     }
     row(
         "result",
-        format!("{} damaged snapshot(s); the log is intact", damaged.len()),
+        format!("{} unusable snapshot(s); the log is intact", damaged.len()),
     );
     Err(Failure(format!(
         "{} (the log is intact: opening the store skips it; take a new snapshot, then delete it)",

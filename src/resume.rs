@@ -140,7 +140,9 @@ impl ResumeState {
             unfinished_calls,
             finished_calls,
             turn,
-            next_turn: turn + 1,
+            // Stored turns are at most TURN_MAX (< u32::MAX), so this never
+            // saturates for validated entries; it never wraps to 0.
+            next_turn: turn.saturating_add(1),
             finished,
         }
     }

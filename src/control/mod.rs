@@ -538,7 +538,9 @@ fn place(
 fn number_turns(mut entries: Vec<ConversationEntry>, mut turn: u32) -> Vec<ConversationEntry> {
     for entry in &mut entries {
         if entry.role == Role::Assistant {
-            turn += 1;
+            // Stored turns are at most TURN_MAX (< u32::MAX): no wrap; a
+            // saturated turn is refused by validation, naming TURN_MAX.
+            turn = turn.saturating_add(1);
         }
         entry.turn = turn;
     }

@@ -19,6 +19,12 @@ use crate::model::{ConversationEntry, Role};
 /// 3. every call of the list is answered by a later response in it —
 ///    [`ControlError::CallsWithoutResponses`] lists the rest.
 ///
+/// Before them, a call id that another open (not yet answered) call of the
+/// list or of `existing` already uses is refused —
+/// [`ControlError::DuplicateCallIds`] lists them: a response could not
+/// tell the two calls apart (an id may be used again once its call is
+/// answered).
+///
 /// The first rule broken decides the error. A response answers the most
 /// recent open call with its id. For `set_messages`, `existing` is empty.
 pub fn validate_added(
@@ -39,6 +45,7 @@ pub fn validate_added(
         .collect();
     let mut without_calls = Vec::new();
     let mut before_call = None;
+    let mut duplicates: Vec<String> = Vec::new();
     for (index, entry) in added.iter().enumerate() {
         if entry.role == Role::Tool {
             let call_id = entry.tool_call_id.as_deref().unwrap_or("");
@@ -52,11 +59,18 @@ pub fn validate_added(
             }
         } else {
             for (position, call) in entry.tool_calls.iter().enumerate() {
-                open.entry(call.call_id.clone())
-                    .or_default()
-                    .push(Some((index, position)));
+                let stack = open.entry(call.call_id.clone()).or_default();
+                if !stack.is_empty() && !duplicates.contains(&call.call_id) {
+                    duplicates.push(call.call_id.clone());
+                }
+                stack.push(Some((index, position)));
             }
         }
+    }
+    if !duplicates.is_empty() {
+        return Err(ControlError::DuplicateCallIds {
+            call_ids: duplicates,
+        });
     }
     if !without_calls.is_empty() {
         return Err(ControlError::ResponsesWithoutCalls {

@@ -535,6 +535,97 @@ impl ConversationSlice {
     }
 }
 
+/// How a tool result entry stands against the calls of its list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultUse {
+    /// It answers its call: the first result in order for a call an
+    /// assistant entry of its evaluation holds.
+    Answers,
+    /// Its call already has an earlier result.
+    Duplicate,
+    /// No assistant entry of its evaluation holds its call.
+    NoCall,
+}
+
+/// Which entry answers each tool call of a list of entries, and so which
+/// calls are unfinished: the one definition `resume`, the provider planner
+/// and the audit timeline share.
+///
+/// - A tool entry answers the call with its `tool_call_id` that an
+///   assistant entry *of its evaluation* in the list holds, wherever the
+///   result sits in the order: a result recorded before its call (a lower
+///   sequence, or an earlier LSN) still says the call ran. The first such
+///   entry in order answers; a later one is a duplicate.
+/// - A call is *unfinished* when its status is pending or running and no
+///   entry answers it. A completed or failed status finishes a call even
+///   without a result entry.
+///
+/// Building it costs O(n) expected time for n entries.
+#[derive(Debug, Default)]
+pub struct CallResults<'a> {
+    /// (evaluation, call id) → position and entry of the answering result.
+    answers: HashMap<(&'a str, &'a str), (usize, &'a ConversationEntry)>,
+    /// (evaluation, call id) of every call an assistant entry holds.
+    held: HashSet<(&'a str, &'a str)>,
+}
+
+impl<'a> CallResults<'a> {
+    /// Pairs the results of `entries` (in conversation order) with their calls.
+    pub fn new(entries: impl IntoIterator<Item = &'a ConversationEntry>) -> CallResults<'a> {
+        let entries: Vec<&'a ConversationEntry> = entries.into_iter().collect();
+        let mut results = CallResults::default();
+        for entry in entries.iter().filter(|entry| entry.role == Role::Assistant) {
+            for call in &entry.tool_calls {
+                results
+                    .held
+                    .insert((entry.evaluation_id.as_str(), call.call_id.as_str()));
+            }
+        }
+        for (position, entry) in entries.iter().enumerate() {
+            if let (Role::Tool, Some(call_id)) = (entry.role, entry.tool_call_id.as_deref()) {
+                let key = (entry.evaluation_id.as_str(), call_id);
+                if results.held.contains(&key) {
+                    results.answers.entry(key).or_insert((position, entry));
+                }
+            }
+        }
+        results
+    }
+
+    /// The result entry answering call `call_id` of `evaluation_id`.
+    pub fn answer(&self, evaluation_id: &str, call_id: &str) -> Option<&'a ConversationEntry> {
+        self.answer_at(evaluation_id, call_id)
+            .map(|(_, entry)| entry)
+    }
+
+    /// The answering result entry and its position in the list.
+    pub fn answer_at(
+        &self,
+        evaluation_id: &str,
+        call_id: &str,
+    ) -> Option<(usize, &'a ConversationEntry)> {
+        self.answers.get(&(evaluation_id, call_id)).copied()
+    }
+
+    /// Whether `call`, held by an assistant entry of `evaluation_id`, is
+    /// unfinished: pending or running, and no result answers it.
+    pub fn is_unfinished(&self, evaluation_id: &str, call: &ToolCall) -> bool {
+        !call.status.is_finished() && self.answer(evaluation_id, &call.call_id).is_none()
+    }
+
+    /// How the tool entry at `position` of the list stands.
+    pub fn result_use(&self, position: usize, entry: &ConversationEntry) -> ResultUse {
+        let Some(call_id) = entry.tool_call_id.as_deref() else {
+            return ResultUse::NoCall;
+        };
+        match self.answer_at(&entry.evaluation_id, call_id) {
+            Some((answering, _)) if answering == position => ResultUse::Answers,
+            Some(_) => ResultUse::Duplicate,
+            None => ResultUse::NoCall,
+        }
+    }
+}
+
 /// Moves a call's status forward; returns a note when a conflicting final
 /// status was refused.
 fn advance(call: &mut ToolCall, change: &ToolStatusChanged) -> Option<String> {

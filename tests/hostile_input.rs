@@ -244,3 +244,35 @@ fn the_locked_error_names_the_commands_that_run_beside_a_writer() {
         assert!(error.contains(command), "{error}");
     }
 }
+
+#[test]
+fn add_messages_after_the_highest_sequence_is_refused_not_wrapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s");
+    let created = run(
+        &[
+            "create-context",
+            path(&store),
+            "--conversation",
+            "k",
+            "--public",
+        ],
+        b"",
+    );
+    assert!(created.status.success(), "{}", stderr(&created));
+    let line = format!(
+        r#"{{"type":"conversation_recorded","conversation_id":"k","entry":{{"evaluation_id":"e","role":"user","content":"hi","sequence":{SEQUENCE_MAX}}}}}"#
+    );
+    let output = append(&store, format!("{line}\n").as_bytes());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let output = run(
+        &["add-messages", path(&store), "--conversation", "k"],
+        br#"[{"sender":"human","message":"one"},{"sender":"ai","message":"two"}]"#,
+    );
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("SEQUENCE_MAX"),
+        "{}",
+        stderr(&output)
+    );
+}

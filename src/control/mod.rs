@@ -519,9 +519,11 @@ fn place(
         ),
         _ => (0, 0),
     };
-    for (entry, sequence) in entries.iter_mut().zip(first_sequence..) {
+    for (offset, entry) in (0u64..).zip(entries.iter_mut()) {
         entry.evaluation_id = evaluation_id.clone();
-        entry.sequence = sequence;
+        // Saturating, never wrapping: a sequence past SEQUENCE_MAX is then
+        // refused by validation, naming the limit.
+        entry.sequence = first_sequence.saturating_add(offset);
         if entry.role == Role::Tool && entry.tool_name.is_none() {
             entry.tool_name = entry
                 .tool_call_id

@@ -43,6 +43,14 @@ pub fn validate_added(
         .iter()
         .map(|entry| vec![false; entry.tool_calls.len()])
         .collect();
+    // call id -> the last position in `added` of an entry calling it, so
+    // "is it called later?" is one lookup, not a scan.
+    let mut last_call: HashMap<&str, usize> = HashMap::new();
+    for (index, entry) in added.iter().enumerate() {
+        for call in &entry.tool_calls {
+            last_call.insert(call.call_id.as_str(), index);
+        }
+    }
     let mut without_calls = Vec::new();
     let mut before_call = None;
     let mut duplicates: Vec<String> = Vec::new();
@@ -52,7 +60,7 @@ pub fn validate_added(
             match open.get_mut(call_id).and_then(Vec::pop) {
                 Some(Some((call_index, position))) => answered[call_index][position] = true,
                 Some(None) => {}
-                None if called_after(added, index, call_id) => {
+                None if last_call.get(call_id).is_some_and(|&last| last > index) => {
                     before_call.get_or_insert_with(|| call_id.to_string());
                 }
                 None => without_calls.push(call_id.to_string()),
@@ -98,10 +106,4 @@ pub fn validate_added(
         });
     }
     Ok(())
-}
-
-fn called_after(added: &[ConversationEntry], index: usize, call_id: &str) -> bool {
-    added[index + 1..]
-        .iter()
-        .any(|entry| entry.tool_calls.iter().any(|call| call.call_id == call_id))
 }

@@ -276,3 +276,33 @@ fn add_messages_after_the_highest_sequence_is_refused_not_wrapped() {
         stderr(&output)
     );
 }
+
+#[test]
+fn add_messages_stops_reading_at_the_input_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s");
+    let created = run(
+        &[
+            "create-context",
+            path(&store),
+            "--conversation",
+            "k",
+            "--public",
+        ],
+        b"",
+    );
+    assert!(created.status.success(), "{}", stderr(&created));
+    let mut input = br#"[{"sender":"human","message":""#.to_vec();
+    input.resize(convlog::log::format::BATCH_BYTES_MAX + 1, b'x');
+    input.extend_from_slice(br#""}]"#);
+    let output = run(
+        &["add-messages", path(&store), "--conversation", "k"],
+        &input,
+    );
+    assert!(!output.status.success());
+    let error = stderr(&output);
+    assert!(
+        error.contains("longer than") && error.contains("INPUT_LINE_BYTES_MAX"),
+        "{error}"
+    );
+}

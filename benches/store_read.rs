@@ -23,6 +23,12 @@
 //!    after it), once with the snapshot late in a nearly full active segment
 //!    and once just after a segment roll, and without a snapshot (full
 //!    replay), warm cache.
+//! 5. Adversarial orders (issue 10): one conversation of n entries recorded
+//!    with descending sequences, with a new evaluation per entry, and with
+//!    every tool result before its call (against ascending sequences):
+//!    the in-memory fold (`conversation::fold`) and the read-and-fold
+//!    from a store (`Store::conversation`, no snapshot). O(n log n): the
+//!    time per entry stays nearly flat as n doubles.
 //!
 //! Run with `cargo bench --bench store_read`. Environment:
 //! - `CONVLOG_BENCH_SIZES`: the store sizes in conversations besides the
@@ -31,7 +37,9 @@
 //!   each measurement also stops after `CONVLOG_BENCH_SECONDS`, default 2 s);
 //! - `CONVLOG_BENCH_STORE_MIB`: size of the open-time store (default 1024);
 //! - `CONVLOG_BENCH_ONLY`: a comma-separated subset of `read`, `mixed`,
-//!   `open` (default all);
+//!   `open`, `adversarial` (default all);
+//! - `CONVLOG_BENCH_ADVERSARIAL`: the entry counts of the adversarial orders
+//!   (default `30000,60000`);
 //! - `CONVLOG_BENCH_DIR`: where scratch stores go (default `target/bench-tmp`).
 
 mod common;
@@ -103,6 +111,10 @@ fn main() -> BenchResult<()> {
     };
 
     print_summary(&reads_table, memory.as_ref(), open.as_ref());
+    if selected("adversarial") {
+        let sizes = env_list("CONVLOG_BENCH_ADVERSARIAL", &[30_000, 60_000]);
+        bench_adversarial(&sizes)?;
+    }
     println!("total bench time: {:.1} s", started.elapsed().as_secs_f64());
     Ok(())
 }
@@ -1452,4 +1464,104 @@ fn store_label(result: &ReadResult) -> String {
 
 fn ratio(numerator: Duration, denominator: Duration) -> f64 {
     numerator.as_secs_f64() / denominator.as_secs_f64().max(1e-9)
+}
+
+/// The events of one conversation of `n` entries in an adversarial order.
+fn adversarial_events(order: &str, n: usize) -> Vec<Event> {
+    let text = |role, evaluation: &str, sequence: usize| {
+        let mut entry = ConversationEntry::new(
+            evaluation,
+            sequence as u64,
+            role,
+            Some(format!("message {sequence}")),
+        );
+        entry.created_at = Timestamp(1_700_000_000_000_000 + sequence as i64);
+        entry
+    };
+    let entries: Vec<ConversationEntry> = match order {
+        "ascending sequences" => (0..n).map(|i| text(Role::User, "e", i)).collect(),
+        "descending sequences" => (0..n).rev().map(|i| text(Role::User, "e", i)).collect(),
+        "an evaluation per entry" => (0..n)
+            .map(|i| text(Role::User, &format!("e{i}"), 0))
+            .collect(),
+        "results before calls" => {
+            let calls = n / 2;
+            let results = (0..calls).rev().map(|i| {
+                let mut entry = text(Role::Tool, "e", 2 * i + 1);
+                entry.tool_call_id = Some(format!("call{i}"));
+                entry.tool_name = Some("search".into());
+                entry
+            });
+            let assistants = (0..calls).rev().map(|i| {
+                let mut entry = text(Role::Assistant, "e", 2 * i);
+                entry.tool_calls = vec![ToolCall {
+                    call_id: format!("call{i}"),
+                    name: "search".into(),
+                    arguments: "{}".into(),
+                    status: ToolStatus::Pending,
+                    started_at: None,
+                    ended_at: None,
+                    error: None,
+                }];
+                entry
+            });
+            results.chain(assistants).collect()
+        }
+        other => unreachable!("order {other}"),
+    };
+    entries
+        .into_iter()
+        .map(|entry| entry.recorded_in(TARGET))
+        .collect()
+}
+
+/// Fold and read-and-fold times of one conversation in adversarial orders.
+fn bench_adversarial(sizes: &[usize]) -> BenchResult<()> {
+    section("Adversarial orders (fold of one conversation)");
+    let orders = [
+        "ascending sequences",
+        "descending sequences",
+        "an evaluation per entry",
+        "results before calls",
+    ];
+    let mut table = Table::new(&[
+        "order",
+        "entries",
+        "fold (in memory)",
+        "per entry",
+        "Store::conversation (no snapshot)",
+        "per entry",
+    ]);
+    for order in orders {
+        for &n in sizes {
+            let events = adversarial_events(order, n);
+            let started = Instant::now();
+            let slice = conversation::fold(TARGET, events.iter().zip(1..));
+            let fold = started.elapsed();
+            assert_eq!(slice.len(), events.len());
+
+            let scratch = common::scratch_dir("adversarial");
+            let store = open_none(scratch.path())?;
+            for chunk in events.chunks(1024) {
+                store.append_with(chunk.to_vec(), Durability::None)?;
+            }
+            drop(store);
+            let store = open_none(scratch.path())?;
+            let started = Instant::now();
+            let read = store.conversation(TARGET)?;
+            let read_time = started.elapsed();
+            assert_eq!(read, slice);
+            let per = |time: Duration| format!("{:.2} us", time.as_secs_f64() * 1e6 / n as f64);
+            table.row(vec![
+                order.to_string(),
+                grouped(n as f64),
+                millis(fold),
+                per(fold),
+                millis(read_time),
+                per(read_time),
+            ]);
+        }
+    }
+    table.print();
+    Ok(())
 }

@@ -27,6 +27,14 @@ pub const METADATA_ENTRIES_MAX: usize = 256;
 pub const LABEL_BYTES_MAX: usize = 1024;
 /// Most entries in one `messages_replaced` event.
 pub const REPLACED_ENTRIES_MAX: usize = 100_000;
+/// Highest entry `sequence`: 2^53 - 1, the largest integer every JSON
+/// reader holds exactly. Far below `u64::MAX`, so "the next sequence"
+/// (`sequence + 1`) of any stored entry is a number, never a wrap to 0.
+pub const SEQUENCE_MAX: u64 = (1 << 53) - 1;
+/// Highest entry `turn`: 2^31 - 1, the largest a signed 32-bit reader
+/// holds. Far below `u32::MAX`, so the next turn of any stored entry is a
+/// number, never a wrap to 0.
+pub const TURN_MAX: u32 = i32::MAX as u32;
 
 /// A point in time: microseconds since the Unix epoch, UTC.
 ///
@@ -52,9 +60,25 @@ impl Timestamp {
         }
     }
 
-    /// Parses an RFC 3339 time in UTC.
+    /// Parses an RFC 3339 time in UTC (`Z`; `T` and `Z` in either case, as
+    /// RFC 3339 allows; a space for `T` and a missing `Z` are accepted too).
+    ///
+    /// Refused, with what is wrong: times before 1970-01-01 (convlog times
+    /// count microseconds from the Unix epoch), a field out of its range
+    /// (month 13, day 31 of April, hour 24, ...), and the leap second
+    /// `:60`, which Unix time cannot represent (record `23:59:59.999999`).
     pub fn parse_rfc3339(text: &str) -> Result<Timestamp, String> {
-        humantime::parse_rfc3339_weak(text)
+        let normalized: String = text
+            .chars()
+            .map(|c| match c {
+                't' => 'T',
+                'z' => 'Z',
+                c => c,
+            })
+            .collect();
+        check_rfc3339_fields(&normalized)
+            .map_err(|reason| format!("not an RFC 3339 UTC time: {reason}: {text:?}"))?;
+        humantime::parse_rfc3339_weak(&normalized)
             .map(Timestamp::from_system_time)
             .map_err(|error| format!("not an RFC 3339 UTC time ({error}): {text:?}"))
     }
@@ -63,6 +87,72 @@ impl Timestamp {
     pub fn millis_until(self, later: Timestamp) -> i64 {
         (later.0 - self.0) / 1000
     }
+}
+
+/// Checks the date and time fields of `YYYY-MM-DDTHH:MM:SS...` one by one,
+/// so a bad one is named; text of another shape is left to the parser.
+fn check_rfc3339_fields(text: &str) -> Result<(), String> {
+    let bytes = text.as_bytes();
+    let digits = |range: std::ops::Range<usize>| -> Option<u32> {
+        let part = bytes.get(range)?;
+        part.iter().all(u8::is_ascii_digit).then(|| {
+            part.iter()
+                .fold(0, |value, digit| value * 10 + u32::from(digit - b'0'))
+        })
+    };
+    let separators = [(4, b'-'), (7, b'-'), (13, b':'), (16, b':')];
+    let shaped = bytes.len() >= 19
+        && separators
+            .iter()
+            .all(|&(at, separator)| bytes[at] == separator)
+        && matches!(bytes[10], b'T' | b' ');
+    let (Some(year), Some(month), Some(day), Some(hour), Some(minute), Some(second), true) = (
+        digits(0..4),
+        digits(5..7),
+        digits(8..10),
+        digits(11..13),
+        digits(14..16),
+        digits(17..19),
+        shaped,
+    ) else {
+        return Ok(());
+    };
+    if year < 1970 {
+        return Err(format!(
+            "year {year:04} is before 1970 (times count microseconds from 1970-01-01T00:00:00Z)"
+        ));
+    }
+    if !(1..=12).contains(&month) {
+        return Err(format!("month {month:02} is out of range 01-12"));
+    }
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if !(1..=days).contains(&day) {
+        return Err(format!(
+            "day {day:02} is out of range 01-{days} for {year:04}-{month:02}"
+        ));
+    }
+    if hour > 23 {
+        return Err(format!("hour {hour:02} is out of range 00-23"));
+    }
+    if minute > 59 {
+        return Err(format!("minute {minute:02} is out of range 00-59"));
+    }
+    if second == 60 {
+        return Err(
+            "second 60 is a leap second, which Unix time (and so convlog) cannot represent; record 23:59:59.999999 instead"
+                .to_string(),
+        );
+    }
+    if second > 59 {
+        return Err(format!("second {second:02} is out of range 00-59"));
+    }
+    Ok(())
 }
 
 impl fmt::Display for Timestamp {
@@ -571,6 +661,18 @@ fn check_optional_text(field: &str, value: Option<&str>) -> Result<(), InvalidFi
 fn validate_entry(path: &str, entry: &ConversationEntry) -> Result<(), InvalidField> {
     let checked = (|| {
         check_id("evaluation_id", &entry.evaluation_id)?;
+        if entry.sequence > SEQUENCE_MAX {
+            return Err(InvalidField::new(
+                "sequence",
+                format!("{} is over SEQUENCE_MAX ({SEQUENCE_MAX})", entry.sequence),
+            ));
+        }
+        if entry.turn > TURN_MAX {
+            return Err(InvalidField::new(
+                "turn",
+                format!("{} is over TURN_MAX ({TURN_MAX})", entry.turn),
+            ));
+        }
         check_optional_text("content", entry.content.as_deref())?;
         if let Some(reasoning) = &entry.reasoning {
             check_optional_text("reasoning.text", reasoning.text.as_deref())?;

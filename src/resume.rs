@@ -7,11 +7,14 @@
 //!
 //! A call is *unfinished* when its status is pending or running and no
 //! result entry answers it. A call with a result entry, or a completed or
-//! failed status, is *finished*.
+//! failed status, is *finished*. Which result answers a call (one of its
+//! evaluation, wherever it sits in the order, the first if several) is
+//! [`CallResults`], the definition the provider planner and the audit
+//! timeline use too.
 
 use serde::Serialize;
 
-use crate::conversation::ConversationSlice;
+use crate::conversation::{CallResults, ConversationSlice};
 use crate::error::{Error, Result};
 use crate::model::{
     ConversationEntry, Event, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged,
@@ -100,24 +103,18 @@ impl ResumeState {
             .collect();
         let mut unfinished_calls = Vec::new();
         let mut finished_calls = Vec::new();
+        let results = CallResults::new(&entries);
         for entry in entries.iter().filter(|entry| entry.role == Role::Assistant) {
             for call in &entry.tool_calls {
-                let result = entries
-                    .iter()
-                    .find(|candidate| {
-                        candidate.role == Role::Tool
-                            && candidate.tool_call_id.as_deref() == Some(call.call_id.as_str())
-                    })
-                    .cloned();
-                if result.is_some() || call.status.is_finished() {
-                    finished_calls.push(FinishedCall {
-                        call: call.clone(),
-                        result,
-                    });
-                } else {
+                if results.is_unfinished(&entry.evaluation_id, call) {
                     unfinished_calls.push(UnfinishedCall {
                         call: call.clone(),
                         assistant_message_id: entry.message_id,
+                    });
+                } else {
+                    finished_calls.push(FinishedCall {
+                        call: call.clone(),
+                        result: results.answer(&entry.evaluation_id, &call.call_id).cloned(),
                     });
                 }
             }
@@ -140,7 +137,9 @@ impl ResumeState {
             unfinished_calls,
             finished_calls,
             turn,
-            next_turn: turn + 1,
+            // Stored turns are at most TURN_MAX (< u32::MAX), so this never
+            // saturates for validated entries; it never wraps to 0.
+            next_turn: turn.saturating_add(1),
             finished,
         }
     }

@@ -494,13 +494,13 @@ fn list_difference<T: std::fmt::Debug + PartialEq>(
 
 /// Where two slices differ, for failure messages.
 fn first_difference(got: &ConversationSlice, expected: &ConversationSlice) -> String {
-    list_difference("entries", got.recorded(), expected.recorded())
+    list_difference("entries", &got.recorded(), &expected.recorded())
         .or_else(|| list_difference("evaluations", got.evaluations(), expected.evaluations()))
         .or_else(|| {
             list_difference(
                 "statuses for unknown calls",
-                got.unknown_statuses(),
-                expected.unknown_statuses(),
+                &got.unknown_statuses(),
+                &expected.unknown_statuses(),
             )
         })
         .or_else(|| list_difference("anomalies", got.anomalies(), expected.anomalies()))

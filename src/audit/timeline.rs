@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Serialize;
 
 use super::format::{serialize_time, serialize_time_always};
-use crate::conversation::ConversationSlice;
+use crate::conversation::{CallResults, ConversationSlice};
 use crate::error::{Error, Result};
 use crate::log::Lsn;
-use crate::model::{ConversationEntry, Event, Role, Timestamp, ToolStatus};
+use crate::model::{Event, Role, Timestamp, ToolStatus};
 use crate::store::Store;
 
 /// Characters kept of each text field by default ([`TimelineOptions::default`]).
@@ -483,16 +483,10 @@ fn build(
     resumed: Option<&ResumedCalls>,
     options: &TimelineOptions,
 ) -> Timeline {
-    // Result entries by (evaluation, call id): the first one answers.
-    let mut results: HashMap<(&str, &str), (Lsn, &ConversationEntry)> = HashMap::new();
-    for recorded in slice.recorded() {
-        let entry = &recorded.entry;
-        if let (Role::Tool, Some(call_id)) = (entry.role, entry.tool_call_id.as_deref()) {
-            results
-                .entry((entry.evaluation_id.as_str(), call_id))
-                .or_insert((recorded.lsn, entry));
-        }
-    }
+    // Which result answers each call: the definition resume and the
+    // provider planner share.
+    let recorded_entries = slice.recorded();
+    let results = CallResults::new(recorded_entries.iter().map(|recorded| &recorded.entry));
     let mut anomalies_by_call: HashMap<&str, Vec<String>> = HashMap::new();
     for anomaly in slice.anomalies() {
         anomalies_by_call
@@ -524,7 +518,7 @@ fn build(
         .map(|(index, id)| (id.as_str(), index))
         .collect();
 
-    for recorded in slice.recorded() {
+    for recorded in &recorded_entries {
         let entry = &recorded.entry;
         let Some(&index) = rank.get(entry.evaluation_id.as_str()) else {
             continue;
@@ -534,14 +528,14 @@ fn build(
             .tool_calls
             .iter()
             .map(|call| {
-                let result = results
-                    .get(&(entry.evaluation_id.as_str(), call.call_id.as_str()))
-                    .map(|(lsn, result)| ResultRef {
+                let result = results.answer_at(&entry.evaluation_id, &call.call_id).map(
+                    |(position, result)| ResultRef {
                         sequence: result.sequence,
-                        lsn: *lsn,
+                        lsn: recorded_entries[position].lsn,
                         created_at: result.created_at,
                         is_error: result.is_error,
-                    });
+                    },
+                );
                 let (duration_ms, duration_from) = match (call.started_at, call.ended_at, &result) {
                     (Some(start), Some(end), _) => (
                         Some(start.millis_until(end)),
@@ -557,7 +551,7 @@ fn build(
                     ),
                     _ => (None, None),
                 };
-                let unfinished = !call.status.is_finished() && result.is_none();
+                let unfinished = results.is_unfinished(&entry.evaluation_id, call);
                 let resumed = resumed.map(|resumed| {
                     if resumed.contains(&entry.evaluation_id, &call.call_id) {
                         Some(true)

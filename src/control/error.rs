@@ -50,6 +50,15 @@ pub enum ControlError {
         call_ids: Vec<String>,
     },
 
+    /// A call id that another call still open (unanswered) already uses, in
+    /// the list or in the conversation: a response could not tell the two
+    /// calls apart. (convlog's addition to the seed's three rules.)
+    #[error("Tool call IDs used by two open tool calls: {} (each tool call needs its own ID until it is answered)", python_list(.call_ids))]
+    DuplicateCallIds {
+        /// The repeated call ids, in list order of their second use.
+        call_ids: Vec<String>,
+    },
+
     /// A request that can never be valid (for example both a message and a
     /// prompt, or neither).
     #[error("{0}")]

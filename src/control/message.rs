@@ -166,6 +166,31 @@ impl<'de> Deserialize<'de> for ControlMessage {
             return Err(D::Error::custom("a message must be a JSON object"));
         };
         let kind = object.get("type").cloned();
+        // Unknown fields are refused (as `convlog append` refuses them), so a
+        // misspelt field is not silently dropped.
+        let known: &[&str] = match &kind {
+            Some(Value::String(kind)) if kind == "tool_call" => {
+                &["type", "tool_call_id", "tool_name", "tool_input"]
+            }
+            Some(Value::String(kind)) if kind == "tool_response" => {
+                &["type", "tool_call_id", "tool_output", "is_error"]
+            }
+            None => &["sender", "message"],
+            Some(_) => &[],
+        };
+        if let Some(unknown) = object
+            .keys()
+            .find(|key| !known.is_empty() && !known.contains(&key.as_str()))
+        {
+            let what = match &kind {
+                Some(Value::String(kind)) => format!("a {kind} message"),
+                _ => "a chat message".to_string(),
+            };
+            return Err(D::Error::custom(format!(
+                "unknown field `{unknown}` in {what}, expected one of: {}",
+                known.join(", ")
+            )));
+        }
         let parsed = match kind {
             Some(Value::String(kind)) if kind == "tool_call" => {
                 serde_json::from_value(value).map(ControlMessage::ToolCall)

@@ -520,9 +520,11 @@ fn place(
         ),
         _ => (0, 0),
     };
-    for (entry, sequence) in entries.iter_mut().zip(first_sequence..) {
+    for (offset, entry) in (0u64..).zip(entries.iter_mut()) {
         entry.evaluation_id = evaluation_id.clone();
-        entry.sequence = sequence;
+        // Saturating, never wrapping: a sequence past SEQUENCE_MAX is then
+        // refused by validation, naming the limit.
+        entry.sequence = first_sequence.saturating_add(offset);
         if entry.role == Role::Tool && entry.tool_name.is_none() {
             entry.tool_name = entry
                 .tool_call_id
@@ -539,7 +541,9 @@ fn place(
 fn number_turns(mut entries: Vec<ConversationEntry>, mut turn: u32) -> Vec<ConversationEntry> {
     for entry in &mut entries {
         if entry.role == Role::Assistant {
-            turn += 1;
+            // Stored turns are at most TURN_MAX (< u32::MAX): no wrap; a
+            // saturated turn is refused by validation, naming TURN_MAX.
+            turn = turn.saturating_add(1);
         }
         entry.turn = turn;
     }

@@ -19,6 +19,12 @@ use crate::model::{ConversationEntry, Role};
 /// 3. every call of the list is answered by a later response in it —
 ///    [`ControlError::CallsWithoutResponses`] lists the rest.
 ///
+/// Before them, a call id that another open (not yet answered) call of the
+/// list or of `existing` already uses is refused —
+/// [`ControlError::DuplicateCallIds`] lists them: a response could not
+/// tell the two calls apart (an id may be used again once its call is
+/// answered).
+///
 /// The first rule broken decides the error. A response answers the most
 /// recent open call with its id. For `set_messages`, `existing` is empty.
 pub fn validate_added(
@@ -37,26 +43,42 @@ pub fn validate_added(
         .iter()
         .map(|entry| vec![false; entry.tool_calls.len()])
         .collect();
+    // call id -> the last position in `added` of an entry calling it, so
+    // "is it called later?" is one lookup, not a scan.
+    let mut last_call: HashMap<&str, usize> = HashMap::new();
+    for (index, entry) in added.iter().enumerate() {
+        for call in &entry.tool_calls {
+            last_call.insert(call.call_id.as_str(), index);
+        }
+    }
     let mut without_calls = Vec::new();
     let mut before_call = None;
+    let mut duplicates: Vec<String> = Vec::new();
     for (index, entry) in added.iter().enumerate() {
         if entry.role == Role::Tool {
             let call_id = entry.tool_call_id.as_deref().unwrap_or("");
             match open.get_mut(call_id).and_then(Vec::pop) {
                 Some(Some((call_index, position))) => answered[call_index][position] = true,
                 Some(None) => {}
-                None if called_after(added, index, call_id) => {
+                None if last_call.get(call_id).is_some_and(|&last| last > index) => {
                     before_call.get_or_insert_with(|| call_id.to_string());
                 }
                 None => without_calls.push(call_id.to_string()),
             }
         } else {
             for (position, call) in entry.tool_calls.iter().enumerate() {
-                open.entry(call.call_id.clone())
-                    .or_default()
-                    .push(Some((index, position)));
+                let stack = open.entry(call.call_id.clone()).or_default();
+                if !stack.is_empty() && !duplicates.contains(&call.call_id) {
+                    duplicates.push(call.call_id.clone());
+                }
+                stack.push(Some((index, position)));
             }
         }
+    }
+    if !duplicates.is_empty() {
+        return Err(ControlError::DuplicateCallIds {
+            call_ids: duplicates,
+        });
     }
     if !without_calls.is_empty() {
         return Err(ControlError::ResponsesWithoutCalls {
@@ -84,10 +106,4 @@ pub fn validate_added(
         });
     }
     Ok(())
-}
-
-fn called_after(added: &[ConversationEntry], index: usize, call_id: &str) -> bool {
-    added[index + 1..]
-        .iter()
-        .any(|entry| entry.tool_calls.iter().any(|call| call.call_id == call_id))
 }

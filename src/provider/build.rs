@@ -92,7 +92,8 @@ impl<'e> Builder<'e> {
     fn entry(&mut self, role: Role, content: Option<String>) -> ConversationEntry {
         let mut entry =
             ConversationEntry::new(self.evaluation_id, self.next_sequence, role, content);
-        self.next_sequence += 1;
+        // Never wraps: a saturated sequence is refused by validation.
+        self.next_sequence = self.next_sequence.saturating_add(1);
         entry.turn = self.turn;
         entry.created_at = self.created_at;
         entry
@@ -127,7 +128,7 @@ impl<'e> Builder<'e> {
 
     /// An assistant entry from its parts, in order.
     pub fn assistant(&mut self, parts: Vec<Parsed>, path: &str) -> Result<(), ProviderError> {
-        self.turn += 1;
+        self.turn = self.turn.saturating_add(1);
         let mut content: Option<String> = None;
         let mut reasoning: Vec<Reasoning> = Vec::new();
         let mut calls: Vec<ToolCall> = Vec::new();

@@ -207,7 +207,7 @@ impl Default for RenderOptions {
 /// Why a tool result entry was left out of a rendered request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkipReason {
-    /// No assistant entry before it holds the call it answers.
+    /// No assistant entry of its evaluation holds the call it answers.
     NoMatchingCall,
     /// The call already has an earlier result.
     DuplicateResult,

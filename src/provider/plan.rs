@@ -6,8 +6,11 @@
 //! 1. A call id held by two assistant entries is an error: results could not
 //!    be paired.
 //! 2. A tool entry answers the call with its `tool_call_id` held by an
-//!    assistant entry before it. A tool entry with no such call, or answering
-//!    a call that already has a result, is skipped and reported (sending it
+//!    assistant entry of its evaluation, wherever it sits (a result recorded
+//!    before its call still answers it, and is sent after it: rule 5) —
+//!    `crate::conversation::CallResults`, the definition `resume` and the
+//!    audit timeline share. A tool entry with no such call, or answering a
+//!    call that already has a result, is skipped and reported (sending it
 //!    would orphan it).
 //! 3. In each assistant entry, a call is kept when it has a result entry;
 //!    when it failed without one (its error text is the result); or when it
@@ -29,6 +32,7 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
+use crate::conversation::{CallResults, ResultUse};
 use crate::model::{ConversationEntry, Role, ToolCall, ToolStatus};
 
 use super::{
@@ -90,32 +94,23 @@ pub(crate) fn plan<'a>(
         }
     }
 
-    // Rule 2: which entry answers each call.
-    let mut answer_of: HashMap<&str, &ConversationEntry> = HashMap::new();
+    // Rule 2: which entry answers each call (the shared definition).
+    let results = CallResults::new(entries.iter().copied());
     let mut skipped_results = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
         if entry.role != Role::Tool {
             continue;
         }
-        let call_id = entry.tool_call_id.as_deref();
-        let reason = match call_id.and_then(|id| holder.get(id).map(|at| (id, *at))) {
-            Some((id, at)) if at < index => {
-                if answer_of.contains_key(id) {
-                    Some(SkipReason::DuplicateResult)
-                } else {
-                    answer_of.insert(id, entry);
-                    None
-                }
-            }
-            _ => Some(SkipReason::NoMatchingCall),
+        let reason = match results.result_use(index, entry) {
+            ResultUse::Answers => continue,
+            ResultUse::Duplicate => SkipReason::DuplicateResult,
+            ResultUse::NoCall => SkipReason::NoMatchingCall,
         };
-        if let Some(reason) = reason {
-            skipped_results.push(SkippedResult {
-                message_id: entry.message_id,
-                call_id: call_id.map(str::to_string),
-                reason,
-            });
-        }
+        skipped_results.push(SkippedResult {
+            message_id: entry.message_id,
+            call_id: entry.tool_call_id.clone(),
+            reason,
+        });
     }
 
     // Rules 3 to 5.
@@ -132,28 +127,14 @@ pub(crate) fn plan<'a>(
                 let mut kept = HashSet::new();
                 let mut answers = Vec::new();
                 for call in &entry.tool_calls {
-                    let answer = match answer_of.get(call.call_id.as_str()) {
+                    let answer = match results.answer(&entry.evaluation_id, &call.call_id) {
                         Some(result) => Some(Answer {
                             call,
                             content: Cow::Borrowed(result.content.as_deref().unwrap_or_default()),
                             is_error: result.is_error,
                             entry: Some(result),
                         }),
-                        None if call.status == ToolStatus::Failed => Some(Answer {
-                            call,
-                            content: Cow::Borrowed(
-                                call.error.as_deref().unwrap_or(FAILED_WITHOUT_ERROR_TEXT),
-                            ),
-                            is_error: true,
-                            entry: None,
-                        }),
-                        None if call.status == ToolStatus::Completed => Some(Answer {
-                            call,
-                            content: Cow::Borrowed(RESULT_NOT_RECORDED_TEXT),
-                            is_error: false,
-                            entry: None,
-                        }),
-                        None => {
+                        None if results.is_unfinished(&entry.evaluation_id, call) => {
                             unfinished_calls.push(call.call_id.clone());
                             match options.pending {
                                 PendingCalls::Drop => None,
@@ -165,6 +146,21 @@ pub(crate) fn plan<'a>(
                                 }),
                             }
                         }
+                        None if call.status == ToolStatus::Failed => Some(Answer {
+                            call,
+                            content: Cow::Borrowed(
+                                call.error.as_deref().unwrap_or(FAILED_WITHOUT_ERROR_TEXT),
+                            ),
+                            is_error: true,
+                            entry: None,
+                        }),
+                        // Completed without a result entry.
+                        None => Some(Answer {
+                            call,
+                            content: Cow::Borrowed(RESULT_NOT_RECORDED_TEXT),
+                            is_error: false,
+                            entry: None,
+                        }),
                     };
                     if let Some(answer) = answer {
                         kept.insert(call.call_id.as_str());

@@ -25,7 +25,9 @@ Output: the LSN of each appended event, one per line, flushed after each input l
 A line that does not parse or validate is reported on stderr with its line number and
 field ("convlog: error: line 3: entry.role: unknown variant ...") and is not appended;
 the lines before and after it are. convlog keeps going and exits 1 at the end if any
-line was rejected. An I/O failure of the store stops it at once (exit 1).
+line was rejected. An I/O failure of the store stops it at once (exit 1). A line longer
+than 64 MiB (INPUT_LINE_BYTES_MAX) is rejected without being read into memory. A UTF-8
+byte order mark before the first line is skipped.
 
 Example:
   echo '{"type":"conversation_recorded","conversation_id":"ctx_1","entry":{"evaluation_id":"eval-1","role":"user","content":"Weather in Paris?"}}' \
@@ -77,6 +79,76 @@ pub const PERIODIC_INTERVAL_MS_DEFAULT: u64 = 100;
 
 /// Width of the label column of summaries.
 const LABEL_WIDTH: usize = 17;
+
+/// Longest input line `append` reads (and the most standard input the
+/// message-control commands read): one line holds one event or one atomic
+/// batch, and a batch holds at most `BATCH_BYTES_MAX` encoded bytes. A
+/// longer line is refused after this many bytes: the rest of it is skipped
+/// unread into memory.
+pub const INPUT_LINE_BYTES_MAX: usize = convlog::log::format::BATCH_BYTES_MAX;
+
+/// The UTF-8 byte order mark some editors put at the start of a file.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// `bytes` without a leading UTF-8 byte order mark.
+pub fn without_bom(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix(UTF8_BOM).unwrap_or(bytes)
+}
+
+/// What [`read_line_bounded`] read.
+#[derive(Debug, PartialEq, Eq)]
+enum LineRead {
+    /// The input ended.
+    End,
+    /// A line (with its newline, if any) is in the buffer.
+    Line,
+    /// The line was longer than the limit: it was skipped, the buffer is empty.
+    TooLong,
+}
+
+/// Reads one line into `line`, holding at most `limit` bytes of it (its
+/// newline aside): the rest of a longer line is consumed and dropped, never
+/// buffered.
+fn read_line_bounded(
+    input: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    limit: usize,
+) -> std::io::Result<LineRead> {
+    line.clear();
+    let (mut any, mut too_long) = (false, false);
+    loop {
+        let available = match input.fill_buf() {
+            Ok(available) => available,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        if available.is_empty() {
+            break;
+        }
+        any = true;
+        let newline = available.iter().position(|&byte| byte == b'\n');
+        let used = newline.map_or(available.len(), |at| at + 1);
+        let content = newline.map_or(used, |at| at);
+        if !too_long {
+            if line.len() + content > limit {
+                too_long = true;
+                line.clear();
+                line.shrink_to_fit();
+            } else {
+                line.extend_from_slice(&available[..used]);
+            }
+        }
+        input.consume(used);
+        if newline.is_some() {
+            break;
+        }
+    }
+    Ok(match (any, too_long) {
+        (false, _) => LineRead::End,
+        (true, true) => LineRead::TooLong,
+        (true, false) => LineRead::Line,
+    })
+}
 
 /// Line numbers listed in the summary of rejected lines.
 const REJECTED_LINES_LISTED_MAX: usize = 10;
@@ -176,15 +248,29 @@ pub fn append(dir: &Path, durability: Durability, create_in_nonempty: bool) -> R
     let mut rejected = Vec::new();
     let mut appended_lines = 0u64;
     loop {
-        bytes.clear();
-        let read = input
-            .read_until(b'\n', &mut bytes)
+        let read = read_line_bounded(&mut input, &mut bytes, INPUT_LINE_BYTES_MAX)
             .map_err(|error| Failure(format!("read standard input after line {line}: {error}")))?;
-        if read == 0 {
+        if read == LineRead::End {
             break;
         }
         line += 1;
-        let parsed = match std::str::from_utf8(&bytes) {
+        match read {
+            LineRead::End | LineRead::Line => {}
+            LineRead::TooLong => {
+                eprintln!(
+                    "convlog: error: line {line}: longer than {INPUT_LINE_BYTES_MAX} bytes (INPUT_LINE_BYTES_MAX, the most one event or batch can hold); the line was skipped"
+                );
+                rejected.push(line);
+                continue;
+            }
+        }
+        // A byte order mark at the start of the input is not part of the JSON.
+        let text = if line == 1 {
+            without_bom(&bytes)
+        } else {
+            &bytes
+        };
+        let parsed = match std::str::from_utf8(text) {
             Ok(text) => json::parse_line(line, text, &mut |conversation, evaluation| {
                 sequences.next(&store, conversation, evaluation)
             }),

@@ -146,11 +146,24 @@ fn read_messages(conversation: &str) -> Result<Vec<ControlMessage>, Failure> {
     if input.is_terminal() {
         eprintln!("convlog: reading the JSON message list from standard input (end with Ctrl-D)");
     }
-    let mut text = String::new();
-    input
-        .read_to_string(&mut text)
+    let limit = crate::commands::INPUT_LINE_BYTES_MAX;
+    let mut bytes = Vec::new();
+    (&mut input)
+        .take(limit as u64 + 1)
+        .read_to_end(&mut bytes)
         .map_err(|error| Failure(format!("read standard input: {error}")))?;
-    let value: Value = serde_json::from_str(&text)
+    if bytes.len() > limit {
+        return Err(Failure(format!(
+            "standard input: longer than {limit} bytes (INPUT_LINE_BYTES_MAX, the most one atomic batch can hold); nothing was read past it"
+        )));
+    }
+    let text = std::str::from_utf8(crate::commands::without_bom(&bytes)).map_err(|error| {
+        Failure(format!(
+            "standard input: not UTF-8 text (invalid byte at offset {})",
+            error.valid_up_to()
+        ))
+    })?;
+    let value: Value = serde_json::from_str(text)
         .map_err(|error| Failure(format!("standard input: invalid JSON: {error}")))?;
     let list = match value {
         Value::Array(list) => list,

@@ -14,6 +14,7 @@ mod demo;
 mod export;
 mod resume;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -282,6 +283,8 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour escapes only for a terminal: a file or a pipe gets plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .init();
     let cli = Cli::parse();

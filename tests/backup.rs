@@ -243,3 +243,32 @@ fn a_torn_write_at_the_end_of_the_source_is_not_copied() {
     let verified = convlog::store::verify(&dest, &mut |_| {}).unwrap();
     assert_eq!(verified.log.torn_tail, None);
 }
+
+#[test]
+fn a_snapshot_of_another_store_is_left_out_of_the_backup() {
+    let other = tempfile::tempdir().unwrap();
+    let foreign = {
+        let store = Store::open(other.path(), options()).unwrap();
+        fill(&store, 10);
+        store.snapshot().unwrap().path
+    };
+    let source = tempfile::tempdir().unwrap();
+    fill(&Store::open(source.path(), options()).unwrap(), 30);
+    let planted = source
+        .path()
+        .join("snapshots")
+        .join(foreign.file_name().unwrap());
+    std::fs::create_dir_all(planted.parent().unwrap()).unwrap();
+    std::fs::copy(&foreign, &planted).unwrap();
+
+    let place = tempfile::tempdir().unwrap();
+    let dest = place.path().join("copy");
+    let report = backup(source.path(), &dest, &mut |_| {}).unwrap();
+    assert!(report.snapshots.is_empty(), "{report:?}");
+    let (path, reason) = &report.skipped_snapshots[0];
+    assert_eq!(path, &planted);
+    assert!(reason.contains("not this store's snapshot"), "{reason}");
+    assert!(!dest.join("snapshots").join(foreign.file_name().unwrap()).exists());
+    let verified = convlog::store::verify(&dest, &mut |_| {}).unwrap();
+    assert!(verified.snapshots.is_empty());
+}

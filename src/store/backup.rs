@@ -147,7 +147,7 @@ pub fn backup(source: &Path, dest: &Path, progress: &mut dyn FnMut(u64)) -> Resu
             .map_err(Error::io("read size of snapshot", &source_snapshot.path))?;
         let copy = snapshot_dir.join(source_snapshot.name());
         copied += copy_file(&storage, source_snapshot, &copy, length, &mut |_| {})?;
-        match check_snapshot(&storage, &copy, first_lsn, next_lsn) {
+        match check_snapshot(&storage, &partial, &copy) {
             Ok(lsn) => report.snapshots.push((
                 dest.join(snapshot::SNAPSHOT_DIR)
                     .join(source_snapshot.name()),
@@ -396,19 +396,16 @@ fn cut_to_last_frame(storage: &dyn Storage, path: &Path) -> Result<Lsn> {
     Ok(scan.next_lsn)
 }
 
-/// Whether the copied snapshot at `path` can stand for the copied log
-/// `[first_lsn, next_lsn)`: its LSN, or why not.
+/// Whether the copied snapshot at `path` belongs to the copied log in
+/// `dir` (the checks opening a store makes: its store identity and the chain
+/// value of the last frame it covers) and reads whole: its LSN, or why not.
 fn check_snapshot(
     storage: &dyn Storage,
+    dir: &Path,
     path: &Path,
-    first_lsn: Lsn,
-    next_lsn: Lsn,
 ) -> std::result::Result<Lsn, String> {
-    let (lsn, _) = snapshot::verify(storage, path).map_err(|error| error.to_string())?;
-    if lsn < first_lsn || lsn > next_lsn {
-        return Err(format!(
-            "covers events up to LSN {lsn}, outside the copied log ({first_lsn}..{next_lsn})"
-        ));
-    }
-    Ok(lsn)
+    let loaded =
+        snapshot::load_checked(storage, dir, path).map_err(|rejection| rejection.to_string())?;
+    snapshot::verify(storage, path).map_err(|error| error.to_string())?;
+    Ok(loaded.lsn)
 }

@@ -385,9 +385,10 @@ fn snapshots_without_segments_are_a_missing_log() {
         Err(Error::SnapshotRestore { .. })
     ));
     assert!(segment_paths(dir.path()).is_empty(), "no log was created");
+    // Its LOCK file says a log was here: verify names the missing log too.
     assert!(matches!(
         convlog::store::verify(dir.path(), &mut |_| {}),
-        Err(Error::NotAStore { .. })
+        Err(Error::LogMissing { .. })
     ));
 }
 

@@ -6,8 +6,8 @@
 //! - Entries are deduplicated by `message_id` (recording the same message
 //!   twice is a no-op) and ordered by evaluation, then `sequence`.
 //!   Evaluations are ordered by their first appearance in the log (LSN
-//!   order); the seed orders them by their first message's time, which the
-//!   log order reflects without trusting host clocks.
+//!   order), which is the order of their first messages' times without
+//!   trusting host clocks.
 //! - A tool-status event updates the call in its evaluation's assistant
 //!   entry. A status never moves backwards (pending → running →
 //!   completed | failed); repeating one is a no-op; a second, different

@@ -1,8 +1,8 @@
-//! The JSON form of events (`EVENTS.md`): reading input lines with their
+//! The JSON form of events (`docs/events.md`): reading input lines with their
 //! defaults, and writing events with their LSN.
 //!
 //! Input is one JSON event per line; a JSON array on one line is one atomic
-//! batch. [`parse_line`] fills what EVENTS.md lets a writer omit:
+//! batch. [`parse_line`] fills what `docs/events.md` lets a writer omit:
 //!
 //! - `entry.message_id`: a new UUID v4;
 //! - `created_at` of an event: now; `entry.created_at`: the event's
@@ -159,7 +159,7 @@ pub fn parse_line_at(
 }
 
 /// One event as a JSON line (no trailing newline): its JSON form
-/// (EVENTS.md) with an `"lsn"` field first.
+/// (`docs/events.md`) with an `"lsn"` field first.
 ///
 /// Fails only for times before 1970, which have no RFC 3339 form here.
 pub fn to_json_line(lsn: Lsn, event: &Event) -> Result<String, serde_json::Error> {

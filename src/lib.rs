@@ -1,8 +1,96 @@
 //! convlog: an embedded, durable, event-sourced store for LLM agent conversations.
 //!
-//! This release holds the foundation every other part stands on: the
-//! durable segment log ([`log`]). What it promises is one thing: what it
-//! acknowledged, you get back, exactly.
+//! An agent host records every message and every tool-call status change the
+//! moment it happens. After a crash, even in the middle of a tool call,
+//! convlog gives back exactly what was acknowledged, says which calls never
+//! finished, and rebuilds the request for the next provider call.
+//!
+//! # The store
+//!
+//! [`Store`] is the one entry point: open a directory, append events,
+//! read conversations back, resume.
+//!
+//! ```
+//! use convlog::model::{ConversationEntry, Role, ToolCall, ToolStatus};
+//! use convlog::provider::{self, Provider, RenderOptions};
+//! use convlog::resume::ResumeOptions;
+//! use convlog::{Store, StoreOptions};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! {
+//!     let store = Store::open(dir.path(), StoreOptions::default())?;
+//!
+//!     // The user asks; the model answers with a tool call.
+//!     let question =
+//!         ConversationEntry::new("eval-1", 0, Role::User, Some("Weather in Paris?".into()));
+//!     let mut answer = ConversationEntry::new("eval-1", 1, Role::Assistant, None);
+//!     answer.turn = 1;
+//!     answer.tool_calls.push(ToolCall {
+//!         call_id: "call_1".into(),
+//!         name: "weather".into(),
+//!         arguments: r#"{"city":"paris"}"#.into(),
+//!         status: ToolStatus::Pending,
+//!         started_at: None,
+//!         ended_at: None,
+//!         error: None,
+//!     });
+//!     // One atomic batch, durable when `append` returns.
+//!     store.append(vec![question.recorded_in("trip"), answer.recorded_in("trip")])?;
+//! } // The host dies here, before the tool returned.
+//!
+//! // A new host opens the store and asks what is left to do.
+//! let store = Store::open(dir.path(), StoreOptions::default())?;
+//! let state = store.resume("trip", &ResumeOptions::default())?;
+//! assert_eq!(state.unfinished_calls[0].call.call_id, "call_1");
+//!
+//! // It runs the call again and records the result.
+//! let mut result =
+//!     ConversationEntry::new("eval-1", state.next_sequence, Role::Tool, Some("18C".into()));
+//! result.turn = state.turn;
+//! result.tool_call_id = Some("call_1".into());
+//! result.tool_name = Some("weather".into());
+//! store.append_one(result.recorded_in("trip"))?;
+//!
+//! // The next request to OpenAI Chat, rebuilt from the store.
+//! let conversation = store.conversation("trip")?;
+//! let request = provider::render(
+//!     Provider::OpenAiChat,
+//!     conversation.entries(),
+//!     &RenderOptions::default(),
+//! )?;
+//! assert_eq!(request.messages.len(), 3); // user, assistant with its call, tool result
+//! assert_eq!(request.messages[2]["role"], "tool");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `docs/embedding.md` walks through the rest of a host's day: curating the
+//! history, auditing a conversation, backups. The JSON form of every event
+//! is in `docs/events.md`.
+//!
+//! # Modules
+//!
+//! | module | what a host uses it for |
+//! |---|---|
+//! | [`store`] | [`Store`], [`StoreOptions`], [`StoreBuilder`] (host reducers), snapshots, compaction, [`store::backup()`], [`store::verify()`] |
+//! | [`model`] | the events ([`Event`]) and entries ([`ConversationEntry`]) convlog stores, and their limits |
+//! | [`conversation`] | [`ConversationSlice`]: one conversation folded from its events, and its queries |
+//! | [`resume`] | [`Store::resume`]: unfinished and finished calls, the next sequence and turn |
+//! | [`provider`] | entries to and from OpenAI Chat, OpenAI Responses, Anthropic, Gemini and Ollama messages |
+//! | [`history`] | history managers: windows, truncation, token budgets, compaction, without breaking tool pairing |
+//! | [`control`] | message control: contexts with owners, validated add/set messages, previews, steering |
+//! | [`audit`] | timelines of a conversation as text, JSON and HTML; following a writer |
+//! | [`reducer`] | the [`reducer::Reducer`] trait for host slices folded from every event |
+//! | [`json`] | the JSON line form of events (`docs/events.md`) |
+//! | [`parts`] | parts-based messages (text and tool parts) to and from entries |
+//! | [`error`] | the one [`Error`] type |
+//! | [`log`], [`storage`], [`codec`] | the layers underneath (below) |
+//!
+//! # Underneath: the segment log
+//!
+//! The store stands on a durable segment log ([`log`]), which promises one
+//! thing: what it acknowledged, you get back, exactly.
 //!
 //! - Appends are framed and checksummed; a batch is all-or-nothing after
 //!   any crash; LSNs are gap-free.
@@ -44,3 +132,8 @@ pub use store::{Store, StoreBuilder, StoreOptions};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The examples of `docs/embedding.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/embedding.md")]
+pub struct EmbeddingDoctests;

@@ -1,9 +1,11 @@
 //! The provider-neutral conversation model: entries, tool calls and events.
 //!
-//! These types are the events convlog stores. Their JSON form is the one in
-//! `../shared/EVENTS.md` (see `docs/model.md` for every field and how the
-//! seeds' message shapes map onto them); their binary form is the codec's
-//! business (`crate::codec`, specified in `docs/format.md`).
+//! These types are the events convlog stores. Their JSON form, with every
+//! field, default and limit and an example of each event, is in
+//! `docs/events.md`; `docs/model.md` gives the fold rules and how the message
+//! shapes of other libraries (parts, history managers, provider mappers) map
+//! onto these types. Their binary form is the codec's business
+//! (`crate::codec`, specified in `docs/format.md`).
 //!
 //! Every event is checked against named limits before it is stored
 //! ([`Event::validate`]); a failed check names the field.

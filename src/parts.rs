@@ -1,4 +1,4 @@
-//! Seed 003's parts-based messages, converted to and from neutral entries
+//! Parts-based messages (text parts and tool parts), converted to and from neutral entries
 //! without loss.
 //!
 //! A [`PartsMessage`] (text parts and tool parts with status and output)
@@ -42,7 +42,7 @@ pub enum Part {
     },
 }
 
-/// A message made of parts (seed 003).
+/// A message made of parts: text parts and tool parts, in order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartsMessage {
     /// Who it is from.

@@ -1,8 +1,8 @@
-//! The errors of message control, worded as the seed's endpoints word them.
+//! The errors of message control, with fixed texts that clients match on.
 
 /// What a message-control operation can fail with. The `Display` texts of
-/// the access and validation errors are exactly the seed's (see
-/// `docs/history.md`); call ids are listed like Python lists (`['call_1']`).
+/// the access and validation errors are fixed (listed in
+/// `docs/history.md`) and do not change between releases; call ids are listed like Python lists (`['call_1']`).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ControlError {
@@ -52,7 +52,7 @@ pub enum ControlError {
 
     /// A call id that another call still open (unanswered) already uses, in
     /// the list or in the conversation: a response could not tell the two
-    /// calls apart. (convlog's addition to the seed's three rules.)
+    /// calls apart. (Checked before the three pairing rules.)
     #[error("Tool call IDs used by two open tool calls: {} (each tool call needs its own ID until it is answered)", python_list(.call_ids))]
     DuplicateCallIds {
         /// The repeated call ids, in list order of their second use.

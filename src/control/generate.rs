@@ -70,7 +70,7 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// The generated messages in the seed's shapes (`generated_messages`).
+    /// The generated messages as message-control messages.
     pub fn generated_messages(&self) -> Vec<ControlMessage> {
         to_messages(&self.generated)
     }
@@ -86,7 +86,7 @@ pub(crate) fn response_of(generated: &[ConversationEntry]) -> String {
         .unwrap_or_default()
 }
 
-/// The seed's `/chat/add-ai-message` request.
+/// An add-AI-message request ([`super::MessageControl::add_ai_message`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AddAiMessage {
     /// A pre-written AI message, always saved; the model is not called.

@@ -1,4 +1,5 @@
-//! The seed's message shapes and their conversion to and from neutral
+//! The message-control message list (`docs/history.md`, "Message shapes")
+//! and its conversion to and from neutral
 //! entries.
 //!
 //! ```json
@@ -22,7 +23,7 @@
 //! they are not JSON); a tool entry gives a `tool_response` (with
 //! `"is_error": true` when the tool failed; that field is this crate's
 //! addition and is left out when false). Reasoning, metadata and the other
-//! neutral fields have no seed form and are dropped.
+//! neutral fields have no message-control form and are dropped.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -74,7 +75,7 @@ pub struct ToolResponseMessage {
     pub is_error: bool,
 }
 
-/// One message of the seed's lists.
+/// One message of a message-control message list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ControlMessage {
     /// A human, AI or system message.
@@ -300,7 +301,8 @@ fn arguments_of(input: &Value) -> String {
     }
 }
 
-/// The seed's messages for `entries` (see the module docs for the mapping).
+/// The message-control messages for `entries` (see the module docs for the
+/// mapping).
 pub fn to_messages(entries: &[ConversationEntry]) -> Vec<ControlMessage> {
     let mut messages = Vec::with_capacity(entries.len());
     for entry in entries {

@@ -1,4 +1,4 @@
-//! Message control (seed 002) as library operations: contexts with an
+//! Message control as library operations: contexts with an
 //! owner and a public flag, validated `add_messages` / `set_messages`,
 //! preview and approve, and temporary steering.
 //!
@@ -231,8 +231,8 @@ impl MessageControl {
         self.stored_entries(context_id)
     }
 
-    /// Every stored message of the context in the seed's shapes (tool calls
-    /// visible).
+    /// Every stored message of the context as message-control messages
+    /// (tool calls visible).
     pub fn messages(&self, principal: &Principal, context_id: &str) -> Result<Vec<ControlMessage>> {
         Ok(message::to_messages(&self.entries(principal, context_id)?))
     }
@@ -407,7 +407,7 @@ impl MessageControl {
         })
     }
 
-    /// The seed's `/chat`: saves the human `message` at once, then
+    /// A chat request: saves the human `message` at once, then
     /// generates; the generated messages are saved when `save_ai_messages`
     /// and held in the returned [`Generation`] otherwise.
     pub fn chat(
@@ -425,7 +425,7 @@ impl MessageControl {
         Ok(generation)
     }
 
-    /// The seed's `/chat/invoke`: generates from the stored history with no
+    /// An invoke request: generates from the stored history with no
     /// new message.
     pub fn invoke(
         &self,
@@ -437,7 +437,7 @@ impl MessageControl {
         self.generate(principal, context_id, &[], save_ai_messages, generator)
     }
 
-    /// The seed's `/chat/add-ai-message`:
+    /// An add-AI-message request:
     ///
     /// - [`AddAiMessage::Message`]: saves the AI message; the model is not
     ///   called and nothing is generated.
@@ -445,7 +445,8 @@ impl MessageControl {
     ///   saved as a system message before the model runs (it stays even if
     ///   the model fails); without, it steers this generation only and is
     ///   never stored. The generated messages are saved per
-    ///   `save_ai_messages`. The four combinations are the seed's cases 1-4.
+    ///   `save_ai_messages`. The four combinations are the cases 1-4 of
+    ///   `docs/history.md`.
     pub fn add_ai_message(
         &self,
         principal: &Principal,

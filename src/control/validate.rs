@@ -1,4 +1,4 @@
-//! The seed's three pairing rules for a list of messages added to (or
+//! The three pairing rules of message control for a list of messages added to (or
 //! replacing) a conversation.
 
 use std::collections::HashMap;

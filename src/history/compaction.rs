@@ -1,4 +1,4 @@
-//! Compaction when over a token limit (seed 003): prune old tool outputs
+//! Compaction when over a token limit: prune old tool outputs
 //! first, then replace the oldest part by a summary the host supplies.
 //! Compose them in that order: `Composed::new().then(ToolPruning::new(n))
 //! .then(SummaryPlaceholder::new(n, summary))`.

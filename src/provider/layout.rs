@@ -2,7 +2,7 @@
 //!
 //! A neutral entry holds one text, one reasoning and a list of calls; a
 //! provider message holds an ordered list of parts (Anthropic content blocks,
-//! Gemini parts, Responses items, seed 003's TextPart / ToolPart), some
+//! Gemini parts, Responses items, the text and tool parts of `crate::parts`), some
 //! carrying provider extras (a Gemini `thoughtSignature` on a `functionCall`
 //! part, a Responses item id). When an entry's parts differ from the default
 //! order (reasoning, text, calls, no extras), the layout is kept in metadata
@@ -13,7 +13,7 @@
 //! - `{"kind": "text", "bytes": n}`: the next `n` bytes of `entry.content`;
 //! - `{"kind": "call", "call_id": id}`: the call with that id;
 //!
-//! and optionally `part_id` (seed 003 part id), `thought_signature` (Gemini),
+//! and optionally `part_id` (the id of a `crate::parts` part), `thought_signature` (Gemini),
 //! `item_id` (OpenAI Responses item id), `id_synthesized` (the call id was
 //! generated; do not send it), `summary_bytes` (Responses summary parts).
 //!
@@ -307,7 +307,7 @@ pub(crate) enum Piece<'a> {
     Call(&'a ToolCall, Extras),
 }
 
-/// The layout of a seed 003 parts message (`crate::parts`, metadata
+/// The layout of a parts message (`crate::parts`, metadata
 /// `convlog.parts`): its text parts and tool parts in order, with their part
 /// ids, after the reasoning blocks.
 fn parts_blocks(entry: &ConversationEntry) -> Option<Vec<Block>> {

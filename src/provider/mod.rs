@@ -146,7 +146,8 @@ impl FromStr for Provider {
 /// pending or running) — the calls a crash left behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PendingCalls {
-    /// Leave them out of the rebuilt assistant message (seed 000's rule); an
+    /// Leave them out of the rebuilt assistant message (only completed calls
+    /// are sent); an
     /// assistant message left with no text and no calls is left out too.
     #[default]
     Drop,
@@ -170,7 +171,7 @@ impl FromStr for PendingCalls {
 }
 
 /// A name to put into the default system prompt in place of a placeholder
-/// (seed 003: "You are Wolo" becomes "You are CodeHelper").
+/// ("You are Wolo" becomes "You are CodeHelper").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DisplayName {
     /// The text to replace (every occurrence), e.g. `Wolo`.
@@ -185,7 +186,7 @@ pub struct RenderOptions {
     /// Unfinished calls: dropped (default) or answered with an error.
     pub pending: PendingCalls,
     /// Injected as the system prompt when the entries hold no system entry
-    /// with text (seed 003's auto-injection).
+    /// with text.
     pub default_system_prompt: Option<String>,
     /// Replacement applied to the injected default system prompt only.
     pub display_name: Option<DisplayName>,
@@ -331,8 +332,8 @@ pub fn render<'a>(
     })
 }
 
-/// Converts provider messages to neutral entries (seed 001's
-/// `provider_message_to_entry`, for a whole list).
+/// Converts provider messages to neutral entries, a whole list (or request
+/// body) at a time.
 ///
 /// `messages` is either the message list (`messages`, `input` or `contents`)
 /// or a request body object holding it, whose system field (`system`,
@@ -365,7 +366,7 @@ pub fn to_entries(
 }
 
 /// Whether a text counts as content: present and not only whitespace
-/// (seed 003's content requirement; Anthropic also rejects blank text blocks).
+/// (the content requirement; Anthropic also rejects blank text blocks).
 pub(crate) fn has_text(text: Option<&str>) -> bool {
     text.is_some_and(|text| !text.trim().is_empty())
 }

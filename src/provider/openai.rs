@@ -5,7 +5,7 @@
 //! | system entry | `{"role": "system"}` (or `developer`, kept in metadata), in place |
 //! | user entry | `{"role": "user", "content": text}` |
 //! | assistant entry | `{"role": "assistant", "content": text or null, "tool_calls": [...]}`; `null` only with calls |
-//! | reasoning text | `reasoning_content` (seed 003's GLM thinking mode) |
+//! | reasoning text | `reasoning_content` (GLM's thinking mode) |
 //! | tool call | `{"id", "type": "function", "function": {"name", "arguments": string verbatim}}` |
 //! | result | one `{"role": "tool", "tool_call_id", "content"}` message per result |
 

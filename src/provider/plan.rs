@@ -20,8 +20,8 @@
 //!    `crate::resume` reports): dropped under `PendingCalls::Drop`, kept and
 //!    answered with an error under `PendingCalls::SyntheticError`.
 //! 4. System and user entries without text, and assistant entries with
-//!    neither text nor kept calls, are not sent (seed 003's content
-//!    requirement; the latter also covers an assistant entry whose only
+//!    neither text nor kept calls, are not sent (the content requirement;
+//!    the latter also covers an assistant entry whose only
 //!    calls were dropped).
 //! 5. The results of an assistant entry's kept calls follow it directly, in
 //!    call order; entries recorded between the call and its result come

@@ -5,6 +5,13 @@
 //! where the body is the kind's struct in bincode's standard configuration
 //! (little-endian varints). `docs/format.md` specifies those bytes, so the
 //! format never depends on the crate.
+//!
+//! The kind byte is explicit; the body, and every snapshot structure, is
+//! serde's derived form of a Rust type, so its declaration order (fields,
+//! enum variants) is the on-disk order. Each such type says so in a comment,
+//! and the golden tests below spell out the bytes of every one, field by
+//! field, so a reordering fails a test instead of silently changing the
+//! format.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

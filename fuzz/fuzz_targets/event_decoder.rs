@@ -16,7 +16,10 @@ fuzz_target!(|data: &[u8]| {
             "peek and decode disagree about the conversation"
         );
         let bytes = encode_event(&event);
-        assert_eq!(decode_event(&bytes).expect("re-encoded event decodes"), event);
+        assert_eq!(
+            decode_event(&bytes).expect("re-encoded event decodes"),
+            event
+        );
         assert_eq!(peek_conversation_id(&bytes), event.conversation_id());
     }
 });

@@ -5,9 +5,16 @@
 //! where the body is the kind's struct in bincode's standard configuration
 //! (little-endian varints). `docs/format.md` specifies those bytes, so the
 //! format never depends on the crate.
+//!
+//! The kind byte is explicit; the body, and every snapshot structure, is
+//! serde's derived form of a Rust type, so its declaration order (fields,
+//! enum variants) is the on-disk order. Each such type says so in a comment,
+//! and the golden tests below spell out the bytes of every one, field by
+//! field, so a reordering fails a test instead of silently changing the
+//! format.
 
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model::{
     ConversationRecorded, CustomEvent, Event, HistoryCurated, MessagesReplaced, ToolStatusChanged,
@@ -74,54 +81,51 @@ pub fn encode_event(event: &Event) -> Vec<u8> {
     }
 }
 
-/// Reads one unsigned varint (docs/format.md section 12) at `*at`.
-fn peek_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
-    let first = *bytes.get(*at)?;
-    *at += 1;
-    let width = match first {
-        0..=250 => return Some(u64::from(first)),
-        251 => 2,
-        252 => 4,
-        253 => 8,
-        _ => return None,
-    };
-    let mut word = [0u8; 8];
-    word[..width].copy_from_slice(bytes.get(*at..*at + width)?);
-    *at += width;
-    Some(u64::from_le_bytes(word))
+/// The head of a body whose first field is its conversation id
+/// (`conversation_recorded`, `tool_status`, `messages_replaced`,
+/// `history_curated`): the envelope `peek_conversation_id` decodes. The
+/// model structs keep `conversation_id` first (a comment on each says so);
+/// `tests::the_peeked_id_is_the_decoded_one` checks this head against every
+/// kind.
+#[derive(Deserialize)]
+struct IdFirstHead<'a> {
+    conversation_id: &'a str,
 }
 
-fn peek_string<'a>(bytes: &'a [u8], at: &mut usize) -> Option<&'a str> {
-    let length = usize::try_from(peek_varint(bytes, at)?).ok()?;
-    let text = bytes.get(*at..at.checked_add(length)?)?;
-    *at += length;
-    std::str::from_utf8(text).ok()
+/// The head of a `custom` body: `kind`, then the optional conversation id.
+#[derive(Deserialize)]
+struct CustomHead<'a> {
+    #[serde(rename = "kind")]
+    _kind: &'a str,
+    #[serde(borrow)]
+    conversation_id: Option<&'a str>,
+}
+
+/// Decodes the leading fields of `body` as `T`, ignoring the rest.
+fn decode_head<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Option<T> {
+    bincode::serde::borrow_decode_from_slice(body, decode_config())
+        .ok()
+        .map(|(head, _)| head)
 }
 
 /// The conversation an encoded event belongs to, read without decoding the
-/// event: `None` when it has none or the bytes are not a well-formed event
-/// (decode it to find out which). Lets a reader skip other conversations'
-/// events in a shared frame cheaply.
+/// event: only the body's leading fields, up to its conversation id, are
+/// decoded (docs/format.md section 12, "Conversation id"). `None` when the
+/// event has none, or the payload is not an event of this codec version or
+/// its head does not decode; the rest of the body is not checked (decode it
+/// to find out). Lets a reader skip other conversations' events in a shared
+/// frame cheaply. For every payload that decodes, the answer is the decoded
+/// event's [`Event::conversation_id`].
 pub fn peek_conversation_id(payload: &[u8]) -> Option<&str> {
-    let [EVENT_CODEC_VERSION, kind, ..] = payload else {
+    let [EVENT_CODEC_VERSION, kind, body @ ..] = payload else {
         return None;
     };
-    let mut at = 2;
     match *kind {
         KIND_CONVERSATION_RECORDED
         | KIND_TOOL_STATUS
         | KIND_MESSAGES_REPLACED
-        | KIND_HISTORY_CURATED => peek_string(payload, &mut at),
-        KIND_CUSTOM => {
-            peek_string(payload, &mut at)?;
-            match payload.get(at)? {
-                1 => {
-                    at += 1;
-                    peek_string(payload, &mut at)
-                }
-                _ => None,
-            }
-        }
+        | KIND_HISTORY_CURATED => decode_head::<IdFirstHead>(body).map(|head| head.conversation_id),
+        KIND_CUSTOM => decode_head::<CustomHead>(body)?.conversation_id,
         _ => None,
     }
 }
@@ -157,6 +161,7 @@ pub fn decode_event(payload: &[u8]) -> Result<Event, String> {
 mod tests {
     use super::*;
     use crate::model::*;
+    use std::collections::BTreeMap;
 
     fn sample_events() -> Vec<Event> {
         let mut entry =
@@ -256,9 +261,528 @@ mod tests {
         assert_eq!(&bytes[..expected.len()], &expected[..]);
     }
 
+    // Golden bytes: every type whose serde form reaches disk, field by
+    // field, so that reordering the fields of a struct or the variants of
+    // an enum (or changing a type) fails here rather than silently
+    // changing the format. A layout is a list of (field, bytes); bytes are
+    // written as hex pairs and 'quoted ASCII'.
+
+    /// The bytes a layout spec stands for: hex pairs and 'quoted ASCII'
+    /// (no quote inside), spaces ignored.
+    fn spec_bytes(spec: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut chars = spec.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                ' ' => {}
+                '\'' => {
+                    for c in chars.by_ref().take_while(|&c| c != '\'') {
+                        out.push(u8::try_from(c).expect("ASCII in a layout spec"));
+                    }
+                }
+                high => {
+                    let low = chars.next().expect("hex pairs in a layout spec");
+                    out.push(
+                        u8::from_str_radix(&format!("{high}{low}"), 16)
+                            .expect("hex pairs in a layout spec"),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// A string short enough for a one-byte length, as a layout spec.
+    fn short_string(text: &str) -> String {
+        assert!(text.len() < 251, "a one-byte varint length");
+        format!("{:02x} {}", text.len(), hex(text.as_bytes()))
+    }
+
+    /// Asserts that `actual` is exactly `layout`'s fields in order, naming
+    /// the first field that differs.
+    fn assert_layout(what: &str, actual: &[u8], layout: &[(&str, &str)]) {
+        let mut at = 0;
+        for (field, spec) in layout {
+            let expected = spec_bytes(spec);
+            let end = (at + expected.len()).min(actual.len());
+            let found = actual.get(at..end).unwrap_or(&[]);
+            assert!(
+                found == expected.as_slice(),
+                "{what}: field `{field}` at byte {at}: expected {}, the encoding has {}\n\
+                 whole encoding: {}",
+                hex(&expected),
+                hex(found),
+                hex(actual)
+            );
+            at += expected.len();
+        }
+        assert!(
+            at == actual.len(),
+            "{what}: {} bytes after the last field: {}",
+            actual.len().saturating_sub(at),
+            hex(actual.get(at..).unwrap_or(&[]))
+        );
+    }
+
+    /// An entry with every field set to a value distinct from its
+    /// neighbours', so that swapping any two fields changes the bytes.
+    fn full_entry() -> ConversationEntry {
+        let mut metadata = BTreeMap::new();
+        metadata.insert("b".to_string(), "2".to_string());
+        metadata.insert("a".to_string(), "1".to_string());
+        ConversationEntry {
+            message_id: uuid::Uuid::from_bytes([
+                0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+            ]),
+            evaluation_id: "eval".into(),
+            sequence: 7,
+            turn: 300,
+            role: Role::Assistant,
+            content: Some("hi".into()),
+            reasoning: Some(Reasoning {
+                text: Some("think".into()),
+                signature: Some("sig".into()),
+                redacted: true,
+            }),
+            tool_calls: vec![ToolCall {
+                call_id: "call_1".into(),
+                name: "search".into(),
+                arguments: "{}".into(),
+                status: ToolStatus::Running,
+                started_at: Some(Timestamp(5)),
+                ended_at: Some(Timestamp(-3)),
+                error: Some("e".into()),
+            }],
+            tool_call_id: Some("tc".into()),
+            tool_name: Some("tn".into()),
+            is_error: true,
+            finish_reason: Some("stop".into()),
+            prompt_ns: Some("ns".into()),
+            prompt_key: Some("key".into()),
+            created_at: Timestamp(2),
+            metadata,
+        }
+    }
+
+    const FULL_ENTRY: &[(&str, &str)] = &[
+        (
+            "entry.message_id",
+            "10 00 01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f",
+        ),
+        ("entry.evaluation_id", "04 'eval'"),
+        ("entry.sequence", "07"),
+        ("entry.turn", "fb 2c 01"),
+        ("entry.role (assistant)", "02"),
+        ("entry.content", "01 02 'hi'"),
+        ("entry.reasoning (some)", "01"),
+        ("entry.reasoning.text", "01 05 'think'"),
+        ("entry.reasoning.signature", "01 03 'sig'"),
+        ("entry.reasoning.redacted", "01"),
+        ("entry.tool_calls (count)", "01"),
+        ("entry.tool_calls[0].call_id", "06 'call_1'"),
+        ("entry.tool_calls[0].name", "06 'search'"),
+        ("entry.tool_calls[0].arguments", "02 '{}'"),
+        ("entry.tool_calls[0].status (running)", "01"),
+        ("entry.tool_calls[0].started_at", "01 0a"),
+        ("entry.tool_calls[0].ended_at", "01 05"),
+        ("entry.tool_calls[0].error", "01 01 'e'"),
+        ("entry.tool_call_id", "01 02 'tc'"),
+        ("entry.tool_name", "01 02 'tn'"),
+        ("entry.is_error", "01"),
+        ("entry.finish_reason", "01 04 'stop'"),
+        ("entry.prompt_ns", "01 02 'ns'"),
+        ("entry.prompt_key", "01 03 'key'"),
+        ("entry.created_at", "04"),
+        ("entry.metadata (count)", "02"),
+        ("entry.metadata (first key)", "01 'a' 01 '1'"),
+        ("entry.metadata (second key)", "01 'b' 01 '2'"),
+    ];
+
+    fn layout<'a>(parts: &[&[(&'a str, &'a str)]]) -> Vec<(&'a str, &'a str)> {
+        parts.concat()
+    }
+
     #[test]
-    fn the_conversation_id_is_read_without_decoding() {
+    fn every_event_kind_has_its_golden_bytes() {
+        let recorded = Event::ConversationRecorded(Box::new(ConversationRecorded {
+            conversation_id: "conv".into(),
+            session_id: Some("sess".into()),
+            created_at: Timestamp(1_795_000_000_000_000),
+            entry: full_entry(),
+        }));
+        assert_layout(
+            "conversation_recorded",
+            &encode_event(&recorded),
+            &layout(&[
+                &[
+                    ("codec version", "01"),
+                    ("kind", "01"),
+                    ("conversation_id", "04 'conv'"),
+                    ("session_id", "01 04 'sess'"),
+                    ("created_at", "fd 00 60 be 02 16 c1 0c 00"),
+                ],
+                FULL_ENTRY,
+            ]),
+        );
+
+        let status = Event::ToolStatus(ToolStatusChanged {
+            conversation_id: "conv".into(),
+            evaluation_id: "eval".into(),
+            call_id: "call_1".into(),
+            status: ToolStatus::Failed,
+            at: Timestamp(1_000_000),
+            error: Some("boom".into()),
+            resumed: true,
+        });
+        assert_layout(
+            "tool_status",
+            &encode_event(&status),
+            &[
+                ("codec version", "01"),
+                ("kind", "02"),
+                ("conversation_id", "04 'conv'"),
+                ("evaluation_id", "04 'eval'"),
+                ("call_id", "06 'call_1'"),
+                ("status (failed)", "03"),
+                ("at", "fc 80 84 1e 00"),
+                ("error", "01 04 'boom'"),
+                ("resumed", "01"),
+            ],
+        );
+
+        let mut bare = ConversationEntry::new("e", 0, Role::System, None);
+        bare.message_id = uuid::Uuid::from_bytes([0xAA; 16]);
+        bare.created_at = Timestamp(0);
+        let replaced = Event::MessagesReplaced(MessagesReplaced {
+            conversation_id: "conv".into(),
+            entries: vec![full_entry(), bare],
+            at: Timestamp(9),
+        });
+        assert_layout(
+            "messages_replaced",
+            &encode_event(&replaced),
+            &layout(&[
+                &[
+                    ("codec version", "01"),
+                    ("kind", "03"),
+                    ("conversation_id", "04 'conv'"),
+                    ("entries (count)", "02"),
+                ],
+                FULL_ENTRY,
+                &[
+                    ("entries[1].message_id", "10 aa aa aa aa aa aa aa aa aa aa aa aa aa aa aa aa"),
+                    ("entries[1].evaluation_id", "01 'e'"),
+                    ("entries[1].sequence", "00"),
+                    ("entries[1].turn", "00"),
+                    ("entries[1].role (system)", "00"),
+                    ("entries[1].content .. prompt_key (none, none, no calls, none, none, false, none, none, none)", "00 00 00 00 00 00 00 00 00"),
+                    ("entries[1].created_at", "00"),
+                    ("entries[1].metadata", "00"),
+                    ("at", "12"),
+                ],
+            ]),
+        );
+
+        let curated = Event::HistoryCurated(HistoryCurated {
+            conversation_id: "conv".into(),
+            strategy: "sliding_window(2)".into(),
+            original_count: 300,
+            curated_count: 3,
+            at: Timestamp(1),
+        });
+        assert_layout(
+            "history_curated",
+            &encode_event(&curated),
+            &[
+                ("codec version", "01"),
+                ("kind", "04"),
+                ("conversation_id", "04 'conv'"),
+                ("strategy", "11 'sliding_window(2)'"),
+                ("original_count", "fb 2c 01"),
+                ("curated_count", "03"),
+                ("at", "02"),
+            ],
+        );
+
+        let custom = Event::Custom(CustomEvent {
+            kind: "budget".into(),
+            conversation_id: Some("conv".into()),
+            payload: vec![0, 1, 2, 255],
+        });
+        assert_layout(
+            "custom",
+            &encode_event(&custom),
+            &[
+                ("codec version", "01"),
+                ("kind", "05"),
+                ("kind (custom)", "06 'budget'"),
+                ("conversation_id", "01 04 'conv'"),
+                ("payload", "04 00 01 02 ff"),
+            ],
+        );
+        let custom = Event::Custom(CustomEvent {
+            kind: "k".into(),
+            conversation_id: None,
+            payload: Vec::new(),
+        });
+        assert_layout(
+            "custom without a conversation",
+            &encode_event(&custom),
+            &[
+                ("codec version", "01"),
+                ("kind", "05"),
+                ("kind (custom)", "01 'k'"),
+                ("conversation_id", "00"),
+                ("payload", "00"),
+            ],
+        );
+    }
+
+    #[test]
+    fn enum_variant_indexes_and_times_have_their_golden_bytes() {
+        let roles = [Role::System, Role::User, Role::Assistant, Role::Tool];
+        for (index, role) in roles.into_iter().enumerate() {
+            assert_eq!(encode_value(&role).unwrap(), [index as u8], "{role:?}");
+        }
+        let statuses = [
+            ToolStatus::Pending,
+            ToolStatus::Running,
+            ToolStatus::Completed,
+            ToolStatus::Failed,
+        ];
+        for (index, status) in statuses.into_iter().enumerate() {
+            assert_eq!(encode_value(&status).unwrap(), [index as u8], "{status:?}");
+        }
+        for (time, spec) in [
+            (0, "00"),
+            (-1, "01"),
+            (1, "02"),
+            (125, "fa"),
+            (126, "fb fc 00"),
+            (-300, "fb 57 02"),
+            (1_000_000, "fc 80 84 1e 00"),
+            (1_795_000_000_000_000, "fd 00 60 be 02 16 c1 0c 00"),
+            (i64::MAX, "fd fe ff ff ff ff ff ff ff"),
+            (i64::MIN, "fd ff ff ff ff ff ff ff ff"),
+        ] {
+            let time = Timestamp(time);
+            assert_layout(
+                &format!("{time:?}"),
+                &encode_value(&time).unwrap(),
+                &[("time", spec)],
+            );
+            assert_eq!(decode_value::<Timestamp>(&spec_bytes(spec)).unwrap(), time);
+        }
+    }
+
+    fn status_change(call_id: &str, status: ToolStatus) -> Event {
+        Event::ToolStatus(ToolStatusChanged {
+            conversation_id: "c".into(),
+            evaluation_id: "e1".into(),
+            call_id: call_id.into(),
+            status,
+            at: Timestamp(7),
+            error: None,
+            resumed: false,
+        })
+    }
+
+    /// The slice list form (docs/format.md section 13): `SliceForm`,
+    /// `RecordedEntry`, `Anomaly` and the (LSN, body) pairs.
+    #[test]
+    fn the_slice_list_form_has_its_golden_bytes() {
+        use crate::conversation::{fold, ConversationSlice};
+        let mut assistant = ConversationEntry::new("e1", 1, Role::Assistant, None);
+        assistant.message_id = uuid::Uuid::from_bytes([1; 16]);
+        assistant.created_at = Timestamp(0);
+        assistant.tool_calls.push(ToolCall {
+            call_id: "a".into(),
+            name: "t".into(),
+            arguments: "{}".into(),
+            status: ToolStatus::Pending,
+            started_at: None,
+            ended_at: None,
+            error: None,
+        });
+        let events = [
+            assistant.recorded_in("c"),
+            status_change("ghost", ToolStatus::Running),
+            status_change("a", ToolStatus::Completed),
+            status_change("a", ToolStatus::Failed),
+            Event::HistoryCurated(HistoryCurated {
+                conversation_id: "c".into(),
+                strategy: "all".into(),
+                original_count: 2,
+                curated_count: 1,
+                at: Timestamp(7),
+            }),
+        ];
+        let slice = fold("c", events.iter().zip(1..));
+        let bytes = encode_value(&slice).unwrap();
+        // The entry's own bytes are pinned above; here it is a field.
+        let entry = hex(&encode_value(&slice.recorded()[0].entry).unwrap());
+        assert_eq!(slice.anomalies().len(), 1, "{:?}", slice.anomalies());
+        let detail = short_string(&slice.anomalies()[0].detail);
+        assert_layout(
+            "conversation slice",
+            &bytes,
+            &[
+                ("conversation_id", "01 'c'"),
+                ("entries (count)", "01"),
+                ("entries[0].lsn", "01"),
+                ("entries[0].entry", &entry),
+                ("evaluations", "01 02 'e1'"),
+                ("unknown_statuses (count)", "01"),
+                ("unknown_statuses[0].lsn", "02"),
+                ("unknown_statuses[0].conversation_id", "01 'c'"),
+                ("unknown_statuses[0].evaluation_id", "02 'e1'"),
+                ("unknown_statuses[0].call_id", "05 'ghost'"),
+                ("unknown_statuses[0].status (running)", "01"),
+                ("unknown_statuses[0].at", "0e"),
+                ("unknown_statuses[0].error", "00"),
+                ("unknown_statuses[0].resumed", "00"),
+                ("anomalies (count)", "01"),
+                ("anomalies[0].lsn", "04"),
+                ("anomalies[0].call_id", "01 'a'"),
+                ("anomalies[0].detail", &detail),
+                ("curations (count)", "01"),
+                ("curations[0].lsn", "05"),
+                ("curations[0].conversation_id", "01 'c'"),
+                ("curations[0].strategy", "03 'all'"),
+                ("curations[0].original_count", "02"),
+                ("curations[0].curated_count", "01"),
+                ("curations[0].at", "0e"),
+                ("last_lsn", "05"),
+            ],
+        );
+        assert_eq!(decode_value::<ConversationSlice>(&bytes).unwrap(), slice);
+    }
+
+    /// The snapshot directory and blob locations (docs/format.md section
+    /// 13), as `snapshot::write` puts them in the file and `load` reads
+    /// them back.
+    #[test]
+    fn the_snapshot_directory_has_its_golden_bytes() {
+        use crate::store::snapshot::{self, BlobLocation, SnapshotBinding};
+        let dir = tempfile::tempdir().unwrap();
+        let storage = crate::storage::FileSystem;
+        let path = snapshot::write(
+            &storage,
+            dir.path(),
+            3,
+            SnapshotBinding {
+                store_id: [0; 16],
+                chain: 0,
+            },
+            vec![
+                Ok(("c".to_string(), vec![1, 2, 3])),
+                Ok(("d".to_string(), vec![4])),
+            ]
+            .into_iter(),
+            vec![("h".to_string(), vec![9, 8])],
+        )
+        .unwrap();
+        let file = std::fs::read(&path).unwrap();
+        let field = |at: usize| u64::from_le_bytes(file[at..at + 8].try_into().unwrap()) as usize;
+        let (directory_offset, directory_bytes) = (field(48), field(56));
+        assert_eq!(
+            (directory_offset, directory_offset + directory_bytes),
+            (76, file.len())
+        );
+        assert_layout(
+            "snapshot directory",
+            &file[directory_offset..],
+            &[
+                ("conversations (count)", "02"),
+                ("conversations[0].id", "01 'c'"),
+                ("conversations[0].offset", "48"),
+                ("conversations[0].bytes", "03"),
+                ("conversations[0].crc (0x55bc801d)", "fc 1d 80 bc 55"),
+                ("conversations[1].id", "01 'd'"),
+                ("conversations[1].offset", "4b"),
+                ("conversations[1].bytes", "01"),
+                ("conversations[1].crc (0xd56f2b94)", "fc 94 2b 6f d5"),
+                ("host_slices (count)", "01"),
+                ("host_slices[0].name", "01 'h'"),
+                ("host_slices[0].bytes", "02 09 08"),
+            ],
+        );
+        let loaded = snapshot::load(&storage, &path).unwrap();
+        assert_eq!(
+            loaded.conversations["d"],
+            BlobLocation {
+                offset: 75,
+                bytes: 1,
+                crc: 0xd56f_2b94,
+            }
+        );
+        assert_eq!(loaded.host_slices["h"], [9, 8]);
+    }
+
+    /// The library's own host slice, `convlog.contexts/v1`.
+    #[test]
+    fn the_contexts_host_slice_has_its_golden_bytes() {
+        use crate::control::{context_created_event, ContextRegistry, ContextsReducer};
+        use crate::reducer::Reducer;
+        let mut registry = ContextRegistry::default();
+        let created = context_created_event("ctx", Some("alice"), true);
+        ContextsReducer.apply(&mut registry, &created, 1);
+        ContextsReducer.apply(&mut registry, &created, 2);
+        assert_eq!(registry.rejected().len(), 1);
+        let reason = short_string(&registry.rejected()[0].1);
+        let bytes = encode_value(&registry).unwrap();
+        assert_layout(
+            "contexts slice",
+            &bytes,
+            &[
+                ("contexts (count)", "01"),
+                ("contexts[0] key", "03 'ctx'"),
+                ("contexts[0].context_id", "03 'ctx'"),
+                ("contexts[0].owner", "01 05 'alice'"),
+                ("contexts[0].public", "01"),
+                ("contexts[0].created_lsn", "01"),
+                ("rejected (count)", "01"),
+                ("rejected[0].lsn", "02"),
+                ("rejected[0].reason", &reason),
+            ],
+        );
+        assert_eq!(decode_value::<ContextRegistry>(&bytes).unwrap(), registry);
+    }
+
+    /// Events whose conversation id sits in every position `peek` reads:
+    /// every kind, a custom event with and without one, and ids long
+    /// enough for a two-byte length.
+    fn peek_cases() -> Vec<Event> {
+        let mut events = sample_events();
+        let long = "c".repeat(ID_BYTES_MAX);
         for event in sample_events() {
+            let mut event = event;
+            match &mut event {
+                Event::ConversationRecorded(body) => body.conversation_id.clone_from(&long),
+                Event::ToolStatus(body) => body.conversation_id.clone_from(&long),
+                Event::MessagesReplaced(body) => body.conversation_id.clone_from(&long),
+                Event::HistoryCurated(body) => body.conversation_id.clone_from(&long),
+                Event::Custom(body) => body.conversation_id = Some(long.clone()),
+            }
+            events.push(event);
+        }
+        events
+    }
+
+    /// `peek_conversation_id` decodes only the head of the body; it must
+    /// give the decoded event's id for every kind, and for every payload
+    /// that decodes at all (here: each byte of each case altered).
+    #[test]
+    fn the_peeked_id_is_the_decoded_one() {
+        for event in peek_cases() {
             let bytes = encode_event(&event);
             assert_eq!(
                 peek_conversation_id(&bytes),
@@ -268,21 +792,31 @@ mod tests {
             for cut in 0..bytes.len() {
                 let _ = peek_conversation_id(&bytes[..cut]);
             }
+            for at in 0..bytes.len() {
+                for flip in [0x01, 0x80, 0xFF] {
+                    let mut altered = bytes.clone();
+                    altered[at] ^= flip;
+                    if let Ok(decoded) = decode_event(&altered) {
+                        assert_eq!(
+                            peek_conversation_id(&altered),
+                            decoded.conversation_id(),
+                            "byte {at} ^ {flip:#x} of {event:?}"
+                        );
+                    }
+                }
+            }
         }
-        let mut custom = CustomEvent {
-            kind: "k".into(),
-            conversation_id: Some("c".repeat(300)),
-            payload: vec![1],
-        };
         assert_eq!(
-            peek_conversation_id(&encode_event(&Event::Custom(custom.clone()))),
-            custom.conversation_id.as_deref()
+            peek_conversation_id(&[2, 1, 1, b'c']),
+            None,
+            "another codec version"
         );
-        custom.conversation_id = None;
         assert_eq!(
-            peek_conversation_id(&encode_event(&Event::Custom(custom))),
-            None
+            peek_conversation_id(&[1, 9, 1, b'c']),
+            None,
+            "an unknown kind"
         );
+        assert_eq!(peek_conversation_id(&[1, 1, 1, 0xFF]), None, "not UTF-8");
     }
 
     #[test]

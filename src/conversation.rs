@@ -30,6 +30,10 @@ use crate::model::{
 };
 
 /// An entry and the LSN of the event that recorded it.
+///
+/// On-disk format: field order is part of the snapshot format (stored in
+/// this order, without names: docs/format.md section 13); do not reorder,
+/// insert or remove fields. `codec`'s golden tests pin the bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedEntry {
     /// LSN of the `conversation_recorded` (or `messages_replaced`) event.
@@ -39,6 +43,10 @@ pub struct RecordedEntry {
 }
 
 /// Something the fold kept out and reports rather than drops.
+///
+/// On-disk format: field order is part of the snapshot format (stored in
+/// this order, without names: docs/format.md section 13); do not reorder,
+/// insert or remove fields. `codec`'s golden tests pin the bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Anomaly {
     /// LSN of the event.
@@ -131,6 +139,11 @@ pub struct ConversationSlice {
 
 /// The serialized form (unchanged from the list-based slice): the field
 /// order and types are what snapshots hold.
+///
+/// On-disk format: field order is part of the snapshot format
+/// (docs/format.md section 13); do not reorder, insert or remove fields.
+/// `SliceData` must list the same fields in the same order. `codec`'s
+/// golden tests pin the bytes.
 #[derive(Serialize)]
 struct SliceForm<'a> {
     conversation_id: &'a str,
@@ -142,6 +155,8 @@ struct SliceForm<'a> {
     last_lsn: Lsn,
 }
 
+/// The decoded form of `SliceForm`: the same fields in the same order
+/// (on-disk format, docs/format.md section 13; do not reorder).
 #[derive(Deserialize)]
 struct SliceData {
     conversation_id: String,

@@ -41,7 +41,9 @@ pub const TURN_MAX: u32 = i32::MAX as u32;
 /// A point in time: microseconds since the Unix epoch, UTC.
 ///
 /// JSON: an RFC 3339 string in UTC (`2026-11-22T12:00:00.123456Z`).
-/// Binary: a signed 64-bit count of microseconds.
+/// Binary: a signed 64-bit count of microseconds (a zigzag varint,
+/// docs/format.md section 12). Its serde form is written by hand below,
+/// not derived; `codec`'s golden tests pin it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Timestamp(pub i64);
 
@@ -195,6 +197,12 @@ impl<'de> Deserialize<'de> for Timestamp {
 }
 
 /// Who a message is from.
+///
+/// On-disk format: a role is stored as its variant index (system 0, user 1,
+/// assistant 2, tool 3; docs/format.md section 12): variant order is part
+/// of the format. Do not reorder the variants or insert one before another;
+/// a new role goes last. `codec`'s golden tests
+/// pin the indexes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -209,6 +217,12 @@ pub enum Role {
 }
 
 /// The life of a tool call: pending → running → completed | failed.
+///
+/// On-disk format: a status is stored as its variant index (pending 0,
+/// running 1, completed 2, failed 3; docs/format.md section 12): variant
+/// order is part of the format. Do not reorder the variants or insert one
+/// before another; a new status goes last.
+/// `codec`'s golden tests pin the indexes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolStatus {
@@ -250,6 +264,12 @@ impl ToolStatus {
 }
 
 /// The model's reasoning, kept so it can be passed back verbatim.
+///
+/// On-disk format: field order is part of the format. The fields are
+/// stored in this order, without names, in event payloads and, for the
+/// types a conversation slice holds, in snapshot blobs (docs/format.md
+/// sections 12 and 13). Do not reorder, insert or remove fields without a
+/// new codec version. `codec`'s golden tests pin the bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Reasoning {
@@ -267,6 +287,12 @@ pub struct Reasoning {
 }
 
 /// A tool call requested by the assistant, with its status.
+///
+/// On-disk format: field order is part of the format. The fields are
+/// stored in this order, without names, in event payloads and, for the
+/// types a conversation slice holds, in snapshot blobs (docs/format.md
+/// sections 12 and 13). Do not reorder, insert or remove fields without a
+/// new codec version. `codec`'s golden tests pin the bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolCall {
@@ -291,6 +317,12 @@ pub struct ToolCall {
 }
 
 /// One message of a conversation, provider-neutral.
+///
+/// On-disk format: field order is part of the format. The fields are
+/// stored in this order, without names, in event payloads and, for the
+/// types a conversation slice holds, in snapshot blobs (docs/format.md
+/// sections 12 and 13). Do not reorder, insert or remove fields without a
+/// new codec version. `codec`'s golden tests pin the bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConversationEntry {
@@ -369,6 +401,14 @@ impl ConversationEntry {
 }
 
 /// A conversation entry was recorded.
+///
+/// On-disk format: field order is part of the format. The fields are
+/// stored in this order, without names, in event payloads and, for the
+/// types a conversation slice holds, in snapshot blobs (docs/format.md
+/// sections 12 and 13). Do not reorder, insert or remove fields without a
+/// new codec version. `codec`'s golden tests pin the bytes.
+/// `conversation_id` stays the first field: `codec::peek_conversation_id`
+/// reads it there without decoding the rest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConversationRecorded {
@@ -384,6 +424,14 @@ pub struct ConversationRecorded {
 }
 
 /// A tool call changed status.
+///
+/// On-disk format: field order is part of the format. The fields are
+/// stored in this order, without names, in event payloads and, for the
+/// types a conversation slice holds, in snapshot blobs (docs/format.md
+/// sections 12 and 13). Do not reorder, insert or remove fields without a
+/// new codec version. `codec`'s golden tests pin the bytes.
+/// `conversation_id` stays the first field: `codec::peek_conversation_id`
+/// reads it there without decoding the rest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ToolStatusChanged {
@@ -406,6 +454,14 @@ pub struct ToolStatusChanged {
 }
 
 /// All messages of a conversation were replaced atomically.
+///
+/// On-disk format: field order is part of the format. The fields are
+/// stored in this order, without names, in event payloads and, for the
+/// types a conversation slice holds, in snapshot blobs (docs/format.md
+/// sections 12 and 13). Do not reorder, insert or remove fields without a
+/// new codec version. `codec`'s golden tests pin the bytes.
+/// `conversation_id` stays the first field: `codec::peek_conversation_id`
+/// reads it there without decoding the rest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MessagesReplaced {
@@ -419,6 +475,14 @@ pub struct MessagesReplaced {
 
 /// A history manager curated what the provider was shown (the full history
 /// is untouched).
+///
+/// On-disk format: field order is part of the format. The fields are
+/// stored in this order, without names, in event payloads and, for the
+/// types a conversation slice holds, in snapshot blobs (docs/format.md
+/// sections 12 and 13). Do not reorder, insert or remove fields without a
+/// new codec version. `codec`'s golden tests pin the bytes.
+/// `conversation_id` stays the first field: `codec::peek_conversation_id`
+/// reads it there without decoding the rest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryCurated {
@@ -435,6 +499,14 @@ pub struct HistoryCurated {
 }
 
 /// An event for host reducers: a kind and opaque bytes.
+///
+/// On-disk format: field order is part of the format. The fields are
+/// stored in this order, without names, in event payloads and, for the
+/// types a conversation slice holds, in snapshot blobs (docs/format.md
+/// sections 12 and 13). Do not reorder, insert or remove fields without a
+/// new codec version. `codec`'s golden tests pin the bytes.
+/// `conversation_id` stays the second field, after `kind`:
+/// `codec::peek_conversation_id` reads it there.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CustomEvent {
@@ -495,6 +567,10 @@ mod payload_bytes {
 ///
 /// JSON: an object with a `"type"` field (`conversation_recorded`,
 /// `tool_status`, `messages_replaced`, `history_curated`, `custom`).
+///
+/// Binary: the variant order is not part of the format. The codec gives
+/// each kind an explicit number (`conversation_recorded` 1 ... `custom` 5,
+/// docs/format.md section 12) and never encodes this enum through serde.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {

@@ -50,6 +50,11 @@ impl Principal {
 }
 
 /// A context's access metadata.
+///
+/// On-disk format: field order is part of the `convlog.contexts/v1` host
+/// slice in snapshots (stored in this order, without names); do not
+/// reorder, insert or remove fields without renaming the reducer.
+/// `codec`'s golden tests pin the bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContextInfo {
     /// The context (= conversation) id.
@@ -116,6 +121,10 @@ impl ContextRegistry {
 }
 
 /// The registry's stored form (snapshots).
+///
+/// On-disk format: field order is part of the `convlog.contexts/v1` host
+/// slice (do not reorder; the `Borrowed` form below writes the same fields
+/// in the same order). `codec`'s golden tests pin the bytes.
 #[derive(Serialize, Deserialize)]
 struct StoredRegistry {
     contexts: BTreeMap<String, ContextInfo>,

@@ -58,6 +58,10 @@ const _: () = assert!(SNAPSHOT_HEADER_BYTES == 72);
 pub const SNAPSHOT_DIRECTORY_BYTES_MAX: u64 = 1 << 30;
 
 /// Where one conversation's slice is in a snapshot file.
+///
+/// On-disk format: field order is part of the snapshot format (stored in
+/// this order, without names: docs/format.md section 13); do not reorder,
+/// insert or remove fields. `codec`'s golden tests pin the bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlobLocation {
     /// Byte offset in the file.
@@ -68,6 +72,12 @@ pub struct BlobLocation {
     pub crc: u32,
 }
 
+/// The snapshot directory: every conversation's blob, then every host
+/// slice.
+///
+/// On-disk format: field order is part of the snapshot format (stored in
+/// this order, without names: docs/format.md section 13); do not reorder,
+/// insert or remove fields. `codec`'s golden tests pin the bytes.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Directory {
     conversations: Vec<(String, BlobLocation)>,

@@ -268,7 +268,10 @@ fn a_snapshot_of_another_store_is_left_out_of_the_backup() {
     let (path, reason) = &report.skipped_snapshots[0];
     assert_eq!(path, &planted);
     assert!(reason.contains("not this store's snapshot"), "{reason}");
-    assert!(!dest.join("snapshots").join(foreign.file_name().unwrap()).exists());
+    assert!(!dest
+        .join("snapshots")
+        .join(foreign.file_name().unwrap())
+        .exists());
     let verified = convlog::store::verify(&dest, &mut |_| {}).unwrap();
     assert!(verified.snapshots.is_empty());
 }

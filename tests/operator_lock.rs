@@ -1,15 +1,14 @@
 //! One writer per store, whatever happens to the `LOCK` file's name: an
 //! operator who deletes it as a "stale lock", or replaces it, lets no second
 //! writer in, in this process or another (the writer locks the store
-//! directory itself).
+//! directory itself). The `convlog append` case is in
+//! `crates/cli/tests/operator_lock.rs`.
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 
-use common::{path_arg, read_all, role, run_convlog, spawn_role, stderr};
+use common::{read_all, role, spawn_role};
 use convlog::log::{Log, LogOptions, LOCK_FILE_NAME};
 use convlog::storage::sim::SimStorage;
 use convlog::{Error, Store, StoreOptions};
@@ -180,80 +179,4 @@ fn the_simulated_storage_keeps_one_writer_when_the_lock_file_goes() {
     }
     drop(log);
     Log::open(&store, options).expect("the lock is released on drop");
-}
-
-/// `convlog append STORE` running with its standard input open: it holds
-/// the store until its input ends.
-struct RunningAppend {
-    child: Child,
-    lsns: BufReader<std::process::ChildStdout>,
-}
-
-const EVENT: &str = r#"{"type":"conversation_recorded","conversation_id":"ctx_1","entry":{"evaluation_id":"eval-1","role":"user","content":"hello"}}"#;
-
-impl RunningAppend {
-    fn start(store: &Path) -> RunningAppend {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_convlog"))
-            .args(["append", path_arg(store)])
-            .env_remove("CONVLOG_LOG")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start convlog append");
-        let lsns = BufReader::new(child.stdout.take().unwrap());
-        RunningAppend { child, lsns }
-    }
-
-    /// Appends one event and waits for its LSN (so the store is open).
-    fn append(&mut self) -> u64 {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{EVENT}").unwrap();
-        stdin.flush().unwrap();
-        let mut line = String::new();
-        self.lsns.read_line(&mut line).unwrap();
-        line.trim().parse().expect("append prints an LSN")
-    }
-
-    fn finish(mut self) {
-        drop(self.child.stdin.take());
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "the first append failed: {status}");
-    }
-}
-
-#[test]
-fn a_second_convlog_append_is_locked_out_after_the_lock_file_is_removed() {
-    for fate in FATES {
-        let dir = tempfile::tempdir().unwrap();
-        let store = dir.path().join("store");
-        let mut first = RunningAppend::start(&store);
-        assert_eq!(first.append(), 1);
-        apply(fate, &store);
-        let second = run_convlog(
-            &["append", path_arg(&store)],
-            format!("{EVENT}\n").as_bytes(),
-        );
-        assert_eq!(
-            second.status.code(),
-            Some(1),
-            "{fate:?}: {}",
-            stderr(&second)
-        );
-        assert!(
-            stderr(&second).contains("is locked by another writer"),
-            "{fate:?}: {}",
-            stderr(&second)
-        );
-        assert_eq!(first.append(), 2, "{fate:?}");
-        first.finish();
-        let verify = run_convlog(&["verify", path_arg(&store)], b"");
-        assert_eq!(
-            verify.status.code(),
-            Some(0),
-            "{fate:?}: {}",
-            stderr(&verify)
-        );
-        assert_eq!(read_all(&store).len(), 2, "{fate:?}");
-    }
 }

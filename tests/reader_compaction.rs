@@ -4,7 +4,9 @@
 //! LSNs that are gone. Never a raw I/O error, never a silent skip.
 //!
 //! Every test is deterministic: the reader is stopped at a known point,
-//! segments are deleted, and the reader continues.
+//! segments are deleted, and the reader continues. The case with
+//! `convlog compact` in another process is in
+//! `crates/cli/tests/reader_compaction.rs`.
 
 use std::path::Path;
 
@@ -15,7 +17,7 @@ use convlog::{Error, Log, Store, StoreOptions};
 
 mod common;
 
-use common::{path_arg, run_convlog, segment_paths, small_segments, stderr};
+use common::{segment_paths, small_segments};
 
 /// The events appended to the store by `store_with_segments`.
 const EVENTS: u64 = 120;
@@ -226,24 +228,4 @@ fn reading_from_before_a_compacted_start_is_a_gap_and_iter_starts_where_the_log_
         message.contains(&format!("from LSN 1 to {}", first_lsn - 1)),
         "{message}"
     );
-}
-
-#[test]
-fn a_reader_keeps_reading_while_convlog_compact_in_another_process_deletes_segments() {
-    let dir = tempfile::tempdir().unwrap();
-    drop(store_with_segments(dir.path()));
-    let before = segment_paths(dir.path()).len();
-    let reader = LogReader::open(dir.path()).unwrap();
-    let mut iter = reader.iter();
-    let mut read: Vec<Record> = iter.by_ref().take(3).map(Result::unwrap).collect();
-
-    let store = path_arg(dir.path());
-    let snapshot = run_convlog(&["snapshot", store], b"");
-    assert_eq!(snapshot.status.code(), Some(0), "{}", stderr(&snapshot));
-    let compact = run_convlog(&["compact", store, "--delete-covered"], b"");
-    assert_eq!(compact.status.code(), Some(0), "{}", stderr(&compact));
-    assert!(segment_paths(dir.path()).len() < before - 2);
-
-    read.extend(iter.map(Result::unwrap));
-    assert_gap_free(&read, 1, EVENTS + 1);
 }

@@ -2,20 +2,18 @@
 //! writer on a directory of unrelated files refuses, naming what is there,
 //! unless the caller asks for it (`LogOptions::create_in_nonempty_dir`,
 //! `--create-in-nonempty`). A directory that already is a store opens as
-//! before.
+//! before. The `convlog` command's cases are in
+//! `crates/cli/tests/store_creation.rs`.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::{path_arg, run_convlog, stderr};
 use convlog::log::{Log, LogOptions, DIRECTORY_ENTRIES_LISTED_MAX};
 use convlog::storage::sim::SimStorage;
 use convlog::storage::Storage;
 use convlog::{Error, Store, StoreOptions};
-
-const EVENT: &str = r#"{"type":"conversation_recorded","conversation_id":"ctx_1","entry":{"evaluation_id":"eval-1","role":"user","content":"hello"}}"#;
 
 /// A directory holding `names` as small files.
 fn directory_with(names: &[&str]) -> tempfile::TempDir {
@@ -197,50 +195,4 @@ fn the_check_runs_on_any_storage() {
         },
     )
     .unwrap();
-}
-
-#[test]
-fn convlog_append_refuses_a_directory_of_other_files_unless_told() {
-    let dir = directory_with(&["notes.txt"]);
-    let input = format!("{EVENT}\n");
-    let output = run_convlog(&["append", path_arg(dir.path())], input.as_bytes());
-    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
-    let message = stderr(&output);
-    assert!(message.contains("\"notes.txt\""), "{message}");
-    assert!(message.contains("--create-in-nonempty"), "{message}");
-    assert_eq!(entries(dir.path()), ["notes.txt"]);
-
-    let output = run_convlog(
-        &["append", path_arg(dir.path()), "--create-in-nonempty"],
-        input.as_bytes(),
-    );
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    // From then on it is a store.
-    let output = run_convlog(&["append", path_arg(dir.path())], input.as_bytes());
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert_eq!(common::read_all(dir.path()).len(), 2);
-}
-
-#[test]
-fn convlog_create_context_refuses_a_directory_of_other_files_unless_told() {
-    let dir = directory_with(&["notes.txt"]);
-    let args = [
-        "create-context",
-        path_arg(dir.path()),
-        "--conversation",
-        "ctx_1",
-        "--public",
-    ];
-    let output = run_convlog(&args, b"");
-    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
-    assert!(
-        stderr(&output).contains("--create-in-nonempty"),
-        "{}",
-        stderr(&output)
-    );
-    assert_eq!(entries(dir.path()), ["notes.txt"]);
-    let mut told = args.to_vec();
-    told.push("--create-in-nonempty");
-    let output = run_convlog(&told, b"");
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
 }

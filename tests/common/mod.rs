@@ -1,4 +1,5 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the library's integration tests. The `convlog`
+//! command's tests, and their helper that runs it, are in `crates/cli/tests`.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -92,44 +93,4 @@ pub fn env_number(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|value| value.parse().ok())
         .unwrap_or(default)
-}
-
-/// Runs the `convlog` binary with `args` and `stdin` as its standard input.
-pub fn run_convlog(args: &[&str], stdin: &[u8]) -> std::process::Output {
-    use std::io::Write;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_convlog"))
-        .args(args)
-        .env_remove("CONVLOG_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start convlog");
-    let mut input = child.stdin.take().expect("stdin is piped");
-    // A command that fails before reading its input (a missing store) may
-    // exit first: a broken pipe here is not the test's concern.
-    if let Err(error) = input.write_all(stdin) {
-        assert_eq!(
-            error.kind(),
-            std::io::ErrorKind::BrokenPipe,
-            "write stdin: {error}"
-        );
-    }
-    drop(input);
-    child.wait_with_output().expect("wait for convlog")
-}
-
-/// A command's standard output as text.
-pub fn stdout(output: &std::process::Output) -> String {
-    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
-}
-
-/// A command's standard error as text.
-pub fn stderr(output: &std::process::Output) -> String {
-    String::from_utf8(output.stderr.clone()).expect("stderr is UTF-8")
-}
-
-/// A temporary path as a command-line argument.
-pub fn path_arg(dir: &Path) -> &str {
-    dir.to_str().expect("temporary paths are UTF-8")
 }

@@ -6,6 +6,8 @@
 //! Exit codes: 0 success, 1 failure (the message names the store, file and
 //! offset, or the input line and field, at fault), 2 usage error.
 
+#![forbid(unsafe_code)]
+
 mod audit;
 mod backup;
 mod commands;

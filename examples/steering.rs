@@ -1,4 +1,4 @@
-//! The four cases of the seed's `/chat/add-ai-message` with a prompt:
+//! The four cases of message control's add-ai-message with a prompt:
 //! `save_system_message` × `save_ai_messages`. For each, a fresh context
 //! holds one human question; a scripted model (no network) answers, and the
 //! example prints what the model saw and what the store kept. Case 2 then
@@ -98,7 +98,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         show("returned (generated_messages)", &generation.generated);
         show("stored in the context", &control.entries(&user, "ctx_123")?);
         if case == 2 {
-            // Preview: approve later through add_messages, as the seed does.
+            // Preview: approve later through add_messages, as message control does.
             control.add_messages(&user, "ctx_123", &generation.generated_messages())?;
             show(
                 "stored after approving the preview",

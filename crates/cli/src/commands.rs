@@ -14,7 +14,7 @@ use convlog::provider::ProviderError;
 use convlog::store::{Retention, StoreBuilder, StoreOptions};
 use convlog::{Durability, Error, Event, LogReader, Store};
 
-pub const APPEND_HELP: &str = r#"Input: one event per line in the JSON form of EVENTS.md; a JSON array on one line is one
+pub const APPEND_HELP: &str = r#"Input: one event per line in the JSON form of docs/events.md; a JSON array on one line is one
 atomic batch (all of its events or none). Empty lines are skipped. Omitted fields get
 defaults: entry.message_id a new UUID v4, created_at / at the current time, entry.sequence
 the next one in that conversation and evaluation (counting up across lines). An "lsn"
@@ -34,7 +34,7 @@ Example:
     | convlog append ./my-store
   convlog dump ./old-store | convlog append ./new-store --durability none"#;
 
-pub const DUMP_HELP: &str = r#"Output: one line per event, its JSON form (EVENTS.md) with an "lsn" field first:
+pub const DUMP_HELP: &str = r#"Output: one line per event, its JSON form (docs/events.md) with an "lsn" field first:
   {"lsn":1,"type":"conversation_recorded","conversation_id":"ctx_1",...}
 
 Read-only: takes no lock, so it works while a writer appends (it prints what was
@@ -175,7 +175,7 @@ impl From<LineError> for Failure {
 }
 
 impl From<ControlError> for Failure {
-    /// The seed's wording, unchanged ("Context does not belong to user").
+    /// The message-control wording, unchanged ("Context does not belong to user").
     fn from(error: ControlError) -> Failure {
         Failure(error.to_string())
     }

@@ -1,6 +1,6 @@
-//! `convlog create-context`, `add-messages` and `set-messages`: the seed's
-//! `/context/*` endpoints over `convlog::control::MessageControl`, with the
-//! seed's message lists on stdin and its error texts.
+//! `convlog create-context`, `add-messages` and `set-messages`: message
+//! control's context operations over `convlog::control::MessageControl`, with
+//! message lists on stdin and message control's error texts (docs/history.md).
 
 use std::io::{IsTerminal, Read};
 use std::path::Path;
@@ -28,7 +28,7 @@ Fails (exit 1) with "Context with id: ID already exists" when it does.
 Example:
   convlog create-context ./my-store --conversation ctx_123 --as alice"#;
 
-pub const ADD_MESSAGES_HELP: &str = r#"Input (stdin): the seed's message list, a JSON array (or the seed's request body,
+pub const ADD_MESSAGES_HELP: &str = r#"Input (stdin): a message list, a JSON array (or a request body,
 {"context_id": ..., "messages": [...]}):
   [{"sender": "human", "message": "Search for user data"},
    {"type": "tool_call", "tool_call_id": "call_1", "tool_name": "database_search", "tool_input": {"table": "users"}},
@@ -37,7 +37,7 @@ pub const ADD_MESSAGES_HELP: &str = r#"Input (stdin): the seed's message list, a
 sender is human, ai or system. The messages continue the conversation's latest
 evaluation, appended as one atomic batch.
 
-Validation (the seed's rules and wording; on any error nothing is appended, exit 1):
+Validation (message control's rules and wording; on any error nothing is appended, exit 1):
   Tool responses found without corresponding tool calls: ['call_123']
   Tool response with ID 'call_1' appears before its corresponding tool call
   Tool calls found without corresponding responses: ['call_2']
@@ -48,7 +48,7 @@ creates one). Otherwise: "Context with id: ID does not exist"; a private context
 another user (or used without --as): "Context does not belong to user".
 
 Output: the context after the change, as pretty JSON: its id, owner, public flag, the
-LSNs appended, and every stored message in the seed's shapes:
+LSNs appended, and every stored message in the message-list shapes:
   {"context_id": "ctx_123", "owner": "alice", "public": false, "lsns": [5, 6, 7, 8],
    "messages": [{"sender": "human", "message": "..."}, ...]}
 
@@ -56,7 +56,7 @@ Example:
   echo '[{"sender":"human","message":"Hello!"},{"sender":"ai","message":"Hi!"}]' \
     | convlog add-messages ./my-store --conversation ctx_123 --as alice"#;
 
-pub const SET_MESSAGES_HELP: &str = r#"Input (stdin): the seed's message list, as for `convlog add-messages`.
+pub const SET_MESSAGES_HELP: &str = r#"Input (stdin): a message list, as for `convlog add-messages`.
 
 Replaces every message of the context with the list, atomically: one messages_replaced
 event. The old messages stay in the log for audit (`convlog dump` shows them); the
@@ -104,7 +104,7 @@ pub enum Change {
     Set,
 }
 
-/// The printed outcome: the seed's updated context, plus the LSNs.
+/// The printed outcome: the updated context, plus the LSNs.
 #[derive(Serialize)]
 struct Updated<'a> {
     context_id: &'a str,

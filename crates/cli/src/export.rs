@@ -22,7 +22,7 @@ pub const EXPORT_HELP: &str = r#"Output, for a provider format: the request body
   gemini            {"system_instruction": ..., "contents": [...]}
   ollama            {"messages": [...]}
 For jsonl: the conversation's neutral entries, one JSON object per line (the entry
-form of EVENTS.md; `convlog::model::ConversationEntry`).
+form of docs/events.md; `convlog::model::ConversationEntry`).
 
 Every evaluation of the conversation is exported, in conversation order.
 

@@ -1,7 +1,7 @@
 //! The `convlog` command: a thin shell over the library. JSON in and out:
-//! events in their JSON form (`EVENTS.md`), one per line; the conversation
+//! events in their JSON form (`docs/events.md`), one per line; the conversation
 //! commands (`resume`, `export`, `create-context`, `add-messages`,
-//! `set-messages`) print pretty JSON and read the seed's message lists.
+//! `set-messages`) print pretty JSON and read message lists (docs/history.md).
 //!
 //! Exit codes: 0 success, 1 failure (the message names the store, file and
 //! offset, or the input line and field, at fault), 2 usage error.
@@ -235,7 +235,7 @@ enum Command {
         #[arg(long)]
         create_in_nonempty: bool,
     },
-    /// Append the seed's JSON message list (stdin) to a context, validated,
+    /// Append a JSON message list (stdin) to a context, validated,
     /// atomically; print the context.
     #[command(after_help = control::ADD_MESSAGES_HELP)]
     AddMessages {
@@ -248,7 +248,7 @@ enum Command {
         #[arg(long = "as", value_name = "USER")]
         as_user: Option<String>,
     },
-    /// Replace every message of a context with the seed's JSON message list
+    /// Replace every message of a context with a JSON message list
     /// (stdin), validated, atomically; the old ones stay in the log.
     #[command(after_help = control::SET_MESSAGES_HELP)]
     SetMessages {

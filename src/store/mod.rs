@@ -12,6 +12,11 @@
 //! snapshot's directory and replays only the log after it. Compaction
 //! ([`Store::compact`]) may then delete the segments a snapshot covers, if
 //! the retention policy allows (the default keeps the whole log for audit).
+//!
+//! [`Store::append_if`] appends only if a conversation (or the store) is
+//! still at the version the caller read ([`Expect`]), atomically against
+//! every other append. [`Store::open_read_only`] reads a store beside its
+//! writer (another process), following it, without writing anything.
 
 pub mod backup;
 mod conditional;
@@ -386,12 +391,14 @@ impl LogView<'_> {
         self.log.first_lsn()
     }
 
-    /// The LSN the next appended event will get.
+    /// The LSN the next appended event will get. For a read-only store:
+    /// one past the last event it has read (see [`Store::refresh`]).
     pub fn next_lsn(&self) -> Lsn {
         self.log.next_lsn()
     }
 
-    /// Every event with an LSN below this one is durable.
+    /// Every event with an LSN below this one is durable. A read-only
+    /// store cannot tell: it reports what it has read.
     pub fn durable_lsn(&self) -> Lsn {
         self.log.durable_lsn()
     }

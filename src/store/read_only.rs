@@ -277,7 +277,7 @@ impl Store {
     /// let dir = tempfile::tempdir().unwrap();
     /// let writer = Store::open(dir.path(), StoreOptions::default())?; // holds the lock
     /// let hello = ConversationEntry::new("eval-1", 0, Role::User, Some("Hello".into()));
-    /// writer.append_one(hello.recorded_in("ctx"))?;
+    /// writer.append_one(hello.clone().recorded_in("ctx"))?;
     ///
     /// // Beside the writer (here in the same process; usually another one).
     /// let reader = Store::open_read_only(dir.path(), StoreOptions::default())?;

@@ -179,6 +179,36 @@ pub enum Error {
         /// The panic's message.
         message: String,
     },
+
+    /// The store was opened read-only ([`crate::Store::open_read_only`]):
+    /// it never writes, so this operation is refused. Open the store for
+    /// writing (one process at a time holds its lock) to do it.
+    #[error("store {store} is open read-only: {operation} needs the writer (open the store with Store::open in the process that holds its lock)")]
+    ReadOnly {
+        /// The store directory.
+        store: PathBuf,
+        /// What was refused (`append`, `snapshot`, `compact`, `sync`).
+        operation: &'static str,
+    },
+
+    /// A conditional append ([`crate::Store::append_if`]) found the
+    /// conversation (or the store) at another version than the caller
+    /// read: another appender got there first. Nothing was appended. Read
+    /// the conversation again, decide again, and retry.
+    #[error("conflict in store {store}: {} is at version {actual}, not the expected {expected}; nothing was appended (read it again and retry)", match .conversation_id { Some(id) => format!("conversation {id:?}"), None => "the store".to_string() })]
+    Conflict {
+        /// The store directory.
+        store: PathBuf,
+        /// The conversation whose version was expected; `None` when the
+        /// whole store's was ([`crate::store::Expect::Store`]).
+        conversation_id: Option<String>,
+        /// The version the caller read: the LSN of the conversation's last
+        /// event (`ConversationSlice::last_lsn`, 0 for none), or the
+        /// store's next LSN.
+        expected: u64,
+        /// The version found when the append was tried.
+        actual: u64,
+    },
 }
 
 /// `a, b and 3 more`: some names of a directory's entries.

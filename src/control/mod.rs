@@ -29,10 +29,17 @@
 //! assert_eq!(control.messages(&bob, "ctx_123").unwrap_err().to_string(), "Context does not belong to user");
 //! ```
 //!
-//! Operations of one `MessageControl` on the same context are serialized
-//! (validation and append happen under a lock), so two concurrent
-//! `add_messages` cannot both answer the same call. Writers that append to
-//! the store directly are not covered by that lock.
+//! Validation and append are atomic against every other writer of the
+//! store, not only this `MessageControl`: an add appends with
+//! [`Store::append_if`], expecting the conversation at the version it
+//! validated against. When another writer (another `MessageControl` on the
+//! same store, or the host appending directly) got there first, the add
+//! reads the conversation again, places and validates its messages again
+//! and retries, up to [`CONFLICT_RETRIES_MAX`] times; then it fails with
+//! the store's [`crate::Error::Conflict`]. So two concurrent
+//! `add_messages` can never both answer the same call. Operations of one
+//! `MessageControl` on the same context are also serialized by a lock, so
+//! they do not retry against each other.
 
 mod contexts;
 mod error;
@@ -52,7 +59,7 @@ use crate::conversation::ConversationSlice;
 use crate::history::{CurationContext, HistoryManager};
 use crate::log::Lsn;
 use crate::model::{ConversationEntry, Event, MessagesReplaced, Role, Timestamp};
-use crate::store::Store;
+use crate::store::{Expect, Store};
 
 pub use contexts::{
     context_created_event, context_visibility_event, ContextInfo, ContextRegistry, ContextsReducer,
@@ -70,6 +77,10 @@ pub type Result<T, E = ControlError> = std::result::Result<T, E>;
 
 /// How many locks serialize operations per context (by hash of the id).
 const CONTEXT_LOCKS: usize = 64;
+
+/// How many times an add validates again and retries after another writer
+/// of the store appended to the context between its read and its append.
+pub const CONFLICT_RETRIES_MAX: usize = 8;
 
 /// What an add or set stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,9 +277,7 @@ impl MessageControl {
     ) -> Result<Applied> {
         let _guard = self.lock(context_id);
         self.authorize(principal, context_id)?;
-        let existing = self.stored_entries(context_id)?;
-        validate_added(&existing, &entries)?;
-        self.append_entries(context_id, entries)
+        self.append_validated(context_id, |_| entries.clone())
     }
 
     /// Approves a held generation: appends its generated messages, placed
@@ -291,29 +300,49 @@ impl MessageControl {
     ) -> Result<Applied> {
         let _guard = self.lock(context_id);
         self.authorize(principal, context_id)?;
-        let slice = self.slice(context_id)?;
-        let entries = place(slice.as_ref(), entries);
-        let existing: Vec<ConversationEntry> = slice
-            .as_ref()
-            .map(|slice| slice.entries().cloned().collect())
-            .unwrap_or_default();
-        validate_added(&existing, &entries)?;
-        self.append_entries(context_id, entries)
+        self.append_validated(context_id, |slice| place(slice, entries.clone()))
     }
 
-    fn append_entries(&self, context_id: &str, entries: Vec<ConversationEntry>) -> Result<Applied> {
-        if entries.is_empty() {
-            return Ok(Applied {
-                lsns: 0..0,
-                entries,
-            });
+    /// Reads the conversation, makes the entries to add from it
+    /// (`prepare`), validates them against it and appends them if the
+    /// conversation is still at the version read; on a conflict, all of it
+    /// again (see the module documentation).
+    fn append_validated(
+        &self,
+        context_id: &str,
+        prepare: impl Fn(Option<&ConversationSlice>) -> Vec<ConversationEntry>,
+    ) -> Result<Applied> {
+        let mut retries = 0;
+        loop {
+            let slice = self.slice(context_id)?;
+            let version = slice.as_ref().map_or(0, ConversationSlice::last_lsn);
+            let entries = prepare(slice.as_ref());
+            let existing: Vec<ConversationEntry> = slice
+                .as_ref()
+                .map(|slice| slice.entries().cloned().collect())
+                .unwrap_or_default();
+            validate_added(&existing, &entries)?;
+            if entries.is_empty() {
+                return Ok(Applied {
+                    lsns: 0..0,
+                    entries,
+                });
+            }
+            let events: Vec<Event> = entries
+                .iter()
+                .map(|entry| entry.clone().recorded_in(context_id))
+                .collect();
+            match self
+                .store
+                .append_if(events, Expect::conversation(context_id, version))
+            {
+                Ok(lsns) => return Ok(Applied { lsns, entries }),
+                Err(crate::Error::Conflict { .. }) if retries < CONFLICT_RETRIES_MAX => {
+                    retries += 1;
+                }
+                Err(error) => return Err(error.into()),
+            }
         }
-        let events: Vec<Event> = entries
-            .iter()
-            .map(|entry| entry.clone().recorded_in(context_id))
-            .collect();
-        let lsns = self.store.append(events)?;
-        Ok(Applied { lsns, entries })
     }
 
     /// Replaces every message of the context with `messages` atomically

@@ -12,8 +12,15 @@
 //! snapshot's directory and replays only the log after it. Compaction
 //! ([`Store::compact`]) may then delete the segments a snapshot covers, if
 //! the retention policy allows (the default keeps the whole log for audit).
+//!
+//! [`Store::append_if`] appends only if a conversation (or the store) is
+//! still at the version the caller read ([`Expect`]), atomically against
+//! every other append. [`Store::open_read_only`] reads a store beside its
+//! writer (another process), following it, without writing anything.
 
 pub mod backup;
+mod conditional;
+mod read_only;
 pub mod snapshot;
 
 use std::any::TypeId;
@@ -36,6 +43,9 @@ use crate::log::{Durability, Log, LogOptions, LogReader, Lsn, Position, Recovery
 use crate::model::Event;
 use crate::reducer::{self, AnySlice, ErasedReducer, HostSlot, Observer, Reducer};
 pub use backup::{backup, BackupReport};
+pub use conditional::Expect;
+use read_only::Backend;
+pub use read_only::READ_ONLY_RESTARTS_MAX;
 use snapshot::LoadedSnapshot;
 
 /// What compaction may delete.
@@ -110,6 +120,12 @@ impl StoreBuilder {
     /// Opens (or creates) the store.
     pub fn open(self) -> Result<Store> {
         Store::open_with(self.dir, self.options, self.reducers)
+    }
+
+    /// Opens the store read-only, beside its writer, with the host reducers
+    /// folded as it follows the writer ([`Store::open_read_only`]).
+    pub fn open_read_only(self) -> Result<Store> {
+        Store::open_read_only_with(self.dir, self.options, self.reducers)
     }
 }
 
@@ -355,7 +371,7 @@ struct Background {
 /// ```
 #[derive(Clone, Copy)]
 pub struct LogView<'a> {
-    log: &'a Log,
+    log: &'a Backend,
 }
 
 impl std::fmt::Debug for LogView<'_> {
@@ -375,12 +391,14 @@ impl LogView<'_> {
         self.log.first_lsn()
     }
 
-    /// The LSN the next appended event will get.
+    /// The LSN the next appended event will get. For a read-only store:
+    /// one past the last event it has read (see [`Store::refresh`]).
     pub fn next_lsn(&self) -> Lsn {
         self.log.next_lsn()
     }
 
-    /// Every event with an LSN below this one is durable.
+    /// Every event with an LSN below this one is durable. A read-only
+    /// store cannot tell: it reports what it has read.
     pub fn durable_lsn(&self) -> Lsn {
         self.log.durable_lsn()
     }
@@ -417,7 +435,7 @@ impl LogView<'_> {
 
     /// Iterates over events with LSN `lsn` and above.
     pub fn iter_from(&self, lsn: Lsn) -> crate::log::LogIter {
-        self.log.iter_from(lsn)
+        self.log.reader().iter_from(lsn)
     }
 }
 
@@ -449,7 +467,7 @@ pub struct Store {
 /// Not for hosts: it has no public methods or fields.
 #[doc(hidden)]
 pub struct StoreCore {
-    log: Log,
+    log: Backend,
     reader: LogReader,
     options: StoreOptions,
     state: RwLock<State>,
@@ -469,7 +487,18 @@ pub struct StoreCore {
     forgotten_from: AtomicU64,
     background: Mutex<Background>,
     background_changed: Condvar,
+    /// Held shared by every append from before its LSNs are assigned until
+    /// it is indexed; exclusively by an append that expects the store's
+    /// next LSN ([`Expect::Store`]), which so sees no append in flight.
+    appending: RwLock<()>,
+    /// Per-conversation locks (by hash of the id), held like `appending`:
+    /// shared by each append touching the conversation, exclusively by one
+    /// that expects its version ([`Expect::Conversation`]).
+    stripes: Vec<RwLock<()>>,
 }
+
+/// How many locks order conditional appends per conversation (by hash).
+const APPEND_STRIPES: usize = 64;
 
 #[doc(hidden)]
 impl std::ops::Deref for Store {
@@ -523,29 +552,7 @@ impl Store {
                 .sync_dir(&snapshots)
                 .map_err(Error::io("fsync snapshot directory", &snapshots))?;
         }
-        let listed = snapshot::list(storage.as_ref(), &dir)?;
-        if !listed.is_empty()
-            && crate::log::segment::list(storage.as_ref(), &dir)?
-                .segments
-                .is_empty()
-        {
-            // Opening would create a new, empty log beside snapshots of an
-            // old one: the log is missing, not new.
-            return Err(Error::SnapshotRestore {
-                path: snapshots,
-                reason: format!(
-                    "{} holds snapshots but no segment file: the store's log is missing (restore its segments, or remove the snapshots to start an empty store)",
-                    dir.display()
-                ),
-            });
-        }
-        let mut candidates = Vec::new();
-        for (_, path) in listed {
-            match snapshot::load(storage.as_ref(), &path) {
-                Ok(loaded) => candidates.push(loaded),
-                Err(error) => skip_snapshot(&mut report, path, damaged_reason(&error)),
-            }
-        }
+        let candidates = load_candidates(storage.as_ref(), &dir, &mut report)?;
         // Sealed segments the newest snapshot covers are checked by header
         // (and link) only; recovery also reads the log's chain value at its
         // LSN, which the snapshot must carry.
@@ -571,132 +578,44 @@ impl Store {
             }
         }
         report.recovery = log.recovery_report().clone();
-        let (first_lsn, next_lsn) = (log.first_lsn(), log.next_lsn());
+        let next_lsn = log.next_lsn();
         let span = LogSpan {
             store_id: report.recovery.store_id,
-            first_lsn,
+            first_lsn: log.first_lsn(),
             next_lsn,
             known_chain: report
                 .recovery
                 .chain_before_full_check
                 .map(|chain| (full_check_from_lsn, chain)),
         };
-        let (chosen, rejected) = choose_snapshot(storage.as_ref(), &dir, candidates, &span);
-        for (path, mismatch) in &rejected {
-            if mismatch.is_problem() {
-                skip_snapshot(&mut report, path.clone(), mismatch.to_string());
-            }
-        }
-        if chosen.is_none() && first_lsn > 1 {
-            return Err(no_usable_snapshot(
-                &dir,
-                first_lsn,
-                report
-                    .skipped_snapshots
-                    .iter()
-                    .map(|(path, reason)| (path.clone(), reason.clone()))
-                    .chain(
-                        rejected
-                            .iter()
-                            .filter(|(_, mismatch)| !mismatch.is_problem())
-                            .map(|(path, mismatch)| (path.clone(), mismatch.to_string())),
-                    ),
-            ));
-        }
-        let snapshot_lsn = chosen.as_ref().map_or(1, |loaded| loaded.lsn);
-        report.snapshot = chosen
-            .as_ref()
-            .map(|loaded| (loaded.path.clone(), loaded.lsn));
-
-        // Host slices: from the snapshot, or rebuilt from the start of the log.
-        let mut hosts = Vec::new();
-        let mut rebuild_from_start = Vec::new();
-        for (type_id, reducer) in reducers {
-            let mut slot = HostSlot::new(reducer);
-            let name = slot.reducer.name().to_string();
-            match chosen
-                .as_ref()
-                .and_then(|loaded| loaded.host_slices.get(&name))
-            {
-                Some(bytes) => match slot.reducer.decode(bytes) {
-                    Ok(slice) => slot.slice = slice,
-                    Err(reason) => {
-                        tracing::warn!(reducer = %name, reason = %reason, "host slice in snapshot does not decode; rebuilding it");
-                        rebuild_from_start.push(hosts.len());
-                    }
-                },
-                None if chosen.is_some() => rebuild_from_start.push(hosts.len()),
-                None => {}
-            }
-            hosts.push((type_id, slot));
-        }
-        if !rebuild_from_start.is_empty() && first_lsn > 1 {
-            return Err(Error::SnapshotRestore {
-                path: report.snapshot.clone().map(|(path, _)| path).unwrap_or_default(),
-                reason: format!(
-                    "a registered reducer has no slice in it, and the log starts at LSN {first_lsn}: the events before it are not there to rebuild the slice from"
-                ),
-            });
-        }
-
+        let hosts = reducers
+            .into_iter()
+            .map(|(type_id, reducer)| (type_id, HostSlot::new(reducer)))
+            .collect();
+        let start = Start::choose(
+            storage.as_ref(),
+            &dir,
+            candidates,
+            &span,
+            hosts,
+            &mut report,
+        )?;
         let reader = log.reader();
-        let mut state = State {
-            snapshot: chosen.map(Arc::new),
-            index: HashMap::new(),
-            segments: Vec::new(),
-            events_since_snapshot: 0,
-            bytes_since_snapshot: 0,
-        };
-        let replay_from = if rebuild_from_start.is_empty() {
-            snapshot_lsn
-        } else {
-            first_lsn
-        };
-        for record in reader.iter_from(replay_from) {
-            let record = record?;
-            let event =
-                codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
-                    lsn: record.lsn,
-                    reason,
-                })?;
-            if record.lsn < snapshot_lsn {
-                for &index in &rebuild_from_start {
-                    hosts[index].1.apply(&event, record.lsn)?;
-                }
-                continue;
-            }
-            state.index_frame(&[(record.lsn, &event)], record.position);
-            for (_, slot) in &mut hosts {
-                slot.apply(&event, record.lsn)?;
-            }
-            state.events_since_snapshot += 1;
-            state.bytes_since_snapshot += record.payload.len() as u64;
-            report.replayed_events += 1;
-        }
-        let snapshots_kept = options.snapshots_kept.max(1);
-        let core = StoreCore {
-            ordered: Mutex::new(Ordered {
+        let mut tail = reader.iter_from(start.replay_from);
+        let (state, hosts) = start.replay(&mut tail, &mut report)?;
+        let core = StoreCore::new(
+            Backend::Writer(log),
+            reader,
+            options,
+            state,
+            Ordered {
                 next_lsn,
                 pending: BTreeMap::new(),
                 hosts,
                 stopped: false,
-            }),
-            log,
-            reader,
-            options: StoreOptions {
-                snapshots_kept,
-                ..options
             },
-            state: RwLock::new(state),
-            snapshotting: Mutex::new(()),
-            compacting: RwLock::new(()),
-            open_report: report,
-            dispatch: Mutex::new(Dispatch::default()),
-            host_poison: OnceLock::new(),
-            forgotten_from: AtomicU64::new(0),
-            background: Mutex::new(Background::default()),
-            background_changed: Condvar::new(),
-        };
+            report,
+        );
         Store::start(core)
     }
 
@@ -730,6 +649,57 @@ impl Store {
 
     /// [`Store::append`] with the given durability.
     pub fn append_with(&self, events: Vec<Event>, durability: Durability) -> Result<Range<Lsn>> {
+        self.append_checked(events, durability, None)
+    }
+
+    /// Appends events as one atomic batch, like [`Store::append`], only if
+    /// the conversation (or the store) is still at the version `expect`
+    /// names; otherwise nothing is appended and the error is
+    /// [`Error::Conflict`], naming the expected and the actual version.
+    ///
+    /// The check and the append are atomic against every other append of
+    /// the store, conditional or not: none can come between them. Checking
+    /// a conversation costs a read of it (like [`Store::conversation`]),
+    /// and appends to that conversation wait meanwhile; other
+    /// conversations' appends go on. [`Expect::Store`] waits for every
+    /// append in flight and holds all others until it is written.
+    ///
+    /// ```
+    /// use convlog::model::{ConversationEntry, Role};
+    /// use convlog::store::Expect;
+    /// use convlog::{Error, Store, StoreOptions};
+    ///
+    /// # fn main() -> convlog::Result<()> {
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path(), StoreOptions::default())?;
+    /// let hello = ConversationEntry::new("eval-1", 0, Role::User, Some("Hello".into()));
+    /// store.append_one(hello.recorded_in("ctx"))?;
+    ///
+    /// // Read, decide, append only if nobody appended meanwhile.
+    /// let read = store.conversation("ctx")?;
+    /// let answer = ConversationEntry::new("eval-1", 1, Role::Assistant, Some("Hi!".into()));
+    /// store.append_if(vec![answer.recorded_in("ctx")], Expect::conversation("ctx", read.last_lsn()))?;
+    ///
+    /// // The version read before that append is stale now.
+    /// let late = ConversationEntry::new("eval-1", 1, Role::Assistant, Some("Hey".into()));
+    /// match store.append_if(vec![late.recorded_in("ctx")], Expect::conversation("ctx", read.last_lsn())) {
+    ///     Err(Error::Conflict { expected, actual, .. }) => assert_eq!((expected, actual), (1, 2)),
+    ///     other => panic!("expected a conflict, got {other:?}"),
+    /// }
+    /// assert_eq!(store.conversation("ctx")?.len(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn append_if(&self, events: Vec<Event>, expect: Expect) -> Result<Range<Lsn>> {
+        self.append_checked(events, self.log.durability(), Some(&expect))
+    }
+
+    fn append_checked(
+        &self,
+        events: Vec<Event>,
+        durability: Durability,
+        expect: Option<&Expect>,
+    ) -> Result<Range<Lsn>> {
+        let log = self.log.writer("append")?;
         if events.is_empty() {
             return Err(Error::InvalidArgument(
                 "a batch needs at least one event".to_string(),
@@ -745,7 +715,9 @@ impl Store {
             return Err(self.host_poison_error());
         }
         let payloads: Vec<Vec<u8>> = events.iter().map(codec::encode_event).collect();
-        let (lsns, position) = self.log.append_batch_positioned(&payloads, durability)?;
+        // Held until the batch is indexed: see `conditional`.
+        let order = self.order_append(&events, expect)?;
+        let (lsns, position) = log.append_batch_positioned(&payloads, durability)?;
         let bytes: u64 = payloads.iter().map(|payload| payload.len() as u64).sum();
         let due = {
             let mut state = self.state.write();
@@ -768,6 +740,7 @@ impl Store {
                     .snapshot_every_bytes
                     .is_some_and(|every| state.bytes_since_snapshot >= every)
         };
+        drop(order);
         let folded = {
             let mut ordered = self.ordered.lock();
             // Checked under the ordering lock: a take-back forgotten before
@@ -809,7 +782,7 @@ impl Store {
     /// Costs time proportional to that conversation: its slice from the
     /// snapshot (if any) plus its frames after the snapshot.
     pub fn conversation(&self, conversation_id: &str) -> Result<ConversationSlice> {
-        self.fold_conversation(conversation_id, None)?
+        self.follow_read(|| self.fold_conversation(conversation_id, None))?
             .ok_or_else(|| Error::ConversationNotFound {
                 conversation_id: conversation_id.to_string(),
             })
@@ -817,6 +790,7 @@ impl Store {
 
     /// Whether any event of `conversation_id` was recorded.
     pub fn contains_conversation(&self, conversation_id: &str) -> bool {
+        self.follow_quietly();
         self.forget_taken_back();
         let state = self.state.read();
         state.index.contains_key(conversation_id)
@@ -828,6 +802,7 @@ impl Store {
 
     /// Every conversation id, sorted.
     pub fn conversation_ids(&self) -> Vec<String> {
+        self.follow_quietly();
         self.core.conversation_ids()
     }
 }
@@ -981,6 +956,7 @@ impl Store {
     /// events the host slices had folded: the slices are then no longer
     /// what the log holds (reopen the store to rebuild them).
     pub fn slice<R: Reducer>(&self) -> Result<R::Slice> {
+        self.follow_read(|| Ok(()))?;
         self.forget_taken_back();
         let ordered = self.ordered.lock();
         if self.host_poison.get().is_some() {
@@ -1045,7 +1021,7 @@ impl StoreCore {
     }
 
     fn snapshot_locked(&self, _guard: parking_lot::MutexGuard<'_, ()>) -> Result<SnapshotInfo> {
-        self.log.sync()?;
+        self.log.writer("snapshot")?.sync()?;
         self.forget_taken_back();
         // A consistent cut: every event below `lsn` is indexed and folded
         // into the host slices, taken at exactly that point (shared
@@ -1148,6 +1124,7 @@ impl Store {
     /// Deletes the segments the newest snapshot covers, if the retention
     /// policy allows it.
     pub fn compact(&self) -> Result<CompactReport> {
+        let log = self.log.writer("compact")?;
         if self.options.retention == Retention::KeepAll {
             return Ok(CompactReport {
                 removed: Vec::new(),
@@ -1177,7 +1154,7 @@ impl Store {
                 path: loaded.path.clone(),
                 reason: format!("{mismatch}; compaction deleted nothing"),
             })?;
-            self.log.remove_segments_before(lsn)?
+            log.remove_segments_before(lsn)?
         };
         let note = removed
             .is_empty()
@@ -1241,6 +1218,7 @@ impl Store {
 
     /// Counters describing the store.
     pub fn stats(&self) -> StoreStats {
+        self.follow_quietly();
         self.forget_taken_back();
         let state = self.state.read();
         let index_entries: usize = state.index.values().map(Vec::len).sum();
@@ -1260,7 +1238,7 @@ impl Store {
         StoreStats {
             first_lsn: self.log.first_lsn(),
             next_lsn: self.log.next_lsn(),
-            conversations: self.conversation_ids().len(),
+            conversations: self.core.conversation_ids().len(),
             snapshot_lsn: self.state.read().snapshot.as_ref().map(|loaded| loaded.lsn),
             index_entries,
             index_bytes,
@@ -1486,6 +1464,208 @@ impl StoreCore {
                     .join(snapshot::snapshot_file_name(lsn)),
                 reason: format!("cannot bind a snapshot at LSN {lsn} to the log: {other:?}"),
             }),
+        }
+    }
+}
+
+/// Loads every snapshot of the store at `dir` (newest first) whose header
+/// and directory check out; the others are skipped in `report`. Fails when
+/// the directory holds snapshots but no segment: the log is missing, and
+/// opening would start a new one beside them.
+fn load_candidates(
+    storage: &dyn crate::storage::Storage,
+    dir: &Path,
+    report: &mut OpenReport,
+) -> Result<Vec<LoadedSnapshot>> {
+    let listed = snapshot::list(storage, dir)?;
+    if !listed.is_empty() && crate::log::segment::list(storage, dir)?.segments.is_empty() {
+        return Err(Error::SnapshotRestore {
+            path: dir.join(snapshot::SNAPSHOT_DIR),
+            reason: format!(
+                "{} holds snapshots but no segment file: the store's log is missing (restore its segments, or remove the snapshots to start an empty store)",
+                dir.display()
+            ),
+        });
+    }
+    let mut candidates = Vec::new();
+    for (_, path) in listed {
+        match snapshot::load(storage, &path) {
+            Ok(loaded) => candidates.push(loaded),
+            Err(error) => skip_snapshot(report, path, damaged_reason(&error)),
+        }
+    }
+    Ok(candidates)
+}
+
+/// Where opening starts: the snapshot chosen (the same choice for a writer
+/// and a read-only open), and the host slices set from it.
+struct Start {
+    chosen: Option<LoadedSnapshot>,
+    hosts: Vec<(TypeId, HostSlot)>,
+    /// Host slots the snapshot has no usable slice for: folded from the
+    /// start of the log.
+    rebuild_from_start: Vec<usize>,
+    snapshot_lsn: Lsn,
+    replay_from: Lsn,
+}
+
+impl Start {
+    /// Chooses the snapshot to start from (the newest that belongs to the
+    /// log, see [`choose_snapshot`]) and sets each host slot's slice from
+    /// it. Fails when the log does not start at LSN 1 and nothing usable
+    /// covers what precedes it.
+    fn choose(
+        storage: &dyn crate::storage::Storage,
+        dir: &Path,
+        candidates: Vec<LoadedSnapshot>,
+        span: &LogSpan,
+        mut hosts: Vec<(TypeId, HostSlot)>,
+        report: &mut OpenReport,
+    ) -> Result<Start> {
+        let first_lsn = span.first_lsn;
+        let (chosen, rejected) = choose_snapshot(storage, dir, candidates, span);
+        for (path, mismatch) in &rejected {
+            if mismatch.is_problem() {
+                skip_snapshot(report, path.clone(), mismatch.to_string());
+            }
+        }
+        if chosen.is_none() && first_lsn > 1 {
+            return Err(no_usable_snapshot(
+                dir,
+                first_lsn,
+                report
+                    .skipped_snapshots
+                    .iter()
+                    .map(|(path, reason)| (path.clone(), reason.clone()))
+                    .chain(
+                        rejected
+                            .iter()
+                            .filter(|(_, mismatch)| !mismatch.is_problem())
+                            .map(|(path, mismatch)| (path.clone(), mismatch.to_string())),
+                    ),
+            ));
+        }
+        let snapshot_lsn = chosen.as_ref().map_or(1, |loaded| loaded.lsn);
+        report.snapshot = chosen
+            .as_ref()
+            .map(|loaded| (loaded.path.clone(), loaded.lsn));
+        // Host slices: from the snapshot, or rebuilt from the start of the log.
+        let mut rebuild_from_start = Vec::new();
+        for (index, (_, slot)) in hosts.iter_mut().enumerate() {
+            let name = slot.reducer.name().to_string();
+            match chosen
+                .as_ref()
+                .and_then(|loaded| loaded.host_slices.get(&name))
+            {
+                Some(bytes) => match slot.reducer.decode(bytes) {
+                    Ok(slice) => slot.slice = slice,
+                    Err(reason) => {
+                        tracing::warn!(reducer = %name, reason = %reason, "host slice in snapshot does not decode; rebuilding it");
+                        rebuild_from_start.push(index);
+                    }
+                },
+                None if chosen.is_some() => rebuild_from_start.push(index),
+                None => {}
+            }
+        }
+        if !rebuild_from_start.is_empty() && first_lsn > 1 {
+            return Err(Error::SnapshotRestore {
+                path: report.snapshot.clone().map(|(path, _)| path).unwrap_or_default(),
+                reason: format!(
+                    "a registered reducer has no slice in it, and the log starts at LSN {first_lsn}: the events before it are not there to rebuild the slice from"
+                ),
+            });
+        }
+        let replay_from = if rebuild_from_start.is_empty() {
+            snapshot_lsn
+        } else {
+            first_lsn
+        };
+        Ok(Start {
+            chosen,
+            hosts,
+            rebuild_from_start,
+            snapshot_lsn,
+            replay_from,
+        })
+    }
+
+    /// Indexes and folds every event `tail` returns (it starts at
+    /// `replay_from`) until it reaches the end of what is written; returns
+    /// the index and the host slots.
+    fn replay(
+        self,
+        tail: &mut crate::log::LogIter,
+        report: &mut OpenReport,
+    ) -> Result<(State, Vec<(TypeId, HostSlot)>)> {
+        let Start {
+            chosen,
+            mut hosts,
+            rebuild_from_start,
+            snapshot_lsn,
+            ..
+        } = self;
+        let mut state = State {
+            snapshot: chosen.map(Arc::new),
+            index: HashMap::new(),
+            segments: Vec::new(),
+            events_since_snapshot: 0,
+            bytes_since_snapshot: 0,
+        };
+        for record in tail.by_ref() {
+            let record = record?;
+            let event =
+                codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
+                    lsn: record.lsn,
+                    reason,
+                })?;
+            if record.lsn < snapshot_lsn {
+                for &index in &rebuild_from_start {
+                    hosts[index].1.apply(&event, record.lsn)?;
+                }
+                continue;
+            }
+            state.index_frame(&[(record.lsn, &event)], record.position);
+            for (_, slot) in &mut hosts {
+                slot.apply(&event, record.lsn)?;
+            }
+            state.events_since_snapshot += 1;
+            state.bytes_since_snapshot += record.payload.len() as u64;
+            report.replayed_events += 1;
+        }
+        Ok((state, hosts))
+    }
+}
+
+impl StoreCore {
+    fn new(
+        log: Backend,
+        reader: LogReader,
+        options: StoreOptions,
+        state: State,
+        ordered: Ordered,
+        report: OpenReport,
+    ) -> StoreCore {
+        let snapshots_kept = options.snapshots_kept.max(1);
+        StoreCore {
+            ordered: Mutex::new(ordered),
+            log,
+            reader,
+            options: StoreOptions {
+                snapshots_kept,
+                ..options
+            },
+            state: RwLock::new(state),
+            snapshotting: Mutex::new(()),
+            compacting: RwLock::new(()),
+            open_report: report,
+            dispatch: Mutex::new(Dispatch::default()),
+            host_poison: OnceLock::new(),
+            forgotten_from: AtomicU64::new(0),
+            background: Mutex::new(Background::default()),
+            background_changed: Condvar::new(),
+            appending: RwLock::new(()),
+            stripes: (0..APPEND_STRIPES).map(|_| RwLock::new(())).collect(),
         }
     }
 }

@@ -1,0 +1,150 @@
+//! Conditional appends: append only if a conversation (or the store) is
+//! still at the version the caller read.
+//!
+//! Every append holds the store's `appending` lock shared and the stripe
+//! lock of each conversation it touches shared, from before its LSNs are
+//! assigned until its frame is indexed. A conditional append takes the lock
+//! it checks exclusively instead: it waits for every append in flight on
+//! that conversation (or, for [`Expect::Store`], on the store) to be
+//! indexed, blocks new ones, checks the version and appends. No other
+//! append of the store, conditional or not, can come between the check and
+//! the append. (All appenders of a store are in one process: the store's
+//! lock admits one writer.)
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
+
+use super::{StoreCore, APPEND_STRIPES};
+use crate::error::{Error, Result};
+use crate::log::Lsn;
+use crate::model::Event;
+
+/// The version a conditional append ([`Store::append_if`](super::Store::append_if))
+/// expects; anything else is [`Error::Conflict`] and nothing is appended.
+///
+/// A conversation's version is the LSN of its last event,
+/// [`ConversationSlice::last_lsn`](crate::ConversationSlice::last_lsn) of
+/// the slice the caller read (0 for a conversation with no event yet).
+/// Custom events do not change it (they are not folded into the slice).
+/// The store's version is its next LSN
+/// ([`LogView::next_lsn`](super::LogView::next_lsn)): any append changes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Expect {
+    /// The conversation's last event is still at this LSN.
+    Conversation {
+        /// The conversation.
+        conversation_id: String,
+        /// `ConversationSlice::last_lsn` as read (0: no event yet).
+        last_lsn: Lsn,
+    },
+    /// Nothing was appended to the store since its next LSN was read.
+    Store {
+        /// The store's next LSN as read.
+        next_lsn: Lsn,
+    },
+}
+
+impl Expect {
+    /// Expects `conversation_id` to be at `last_lsn`
+    /// (`ConversationSlice::last_lsn`; 0 for a conversation with no event).
+    pub fn conversation(conversation_id: impl Into<String>, last_lsn: Lsn) -> Expect {
+        Expect::Conversation {
+            conversation_id: conversation_id.into(),
+            last_lsn,
+        }
+    }
+
+    /// Expects the store's next LSN to be `next_lsn`.
+    pub fn store(next_lsn: Lsn) -> Expect {
+        Expect::Store { next_lsn }
+    }
+}
+
+/// A lock held shared or exclusively.
+enum Held<'a> {
+    Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
+    Exclusive(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
+}
+
+/// The locks an append holds until its frame is indexed.
+pub(super) struct AppendOrder<'a> {
+    _held: Vec<Held<'a>>,
+}
+
+fn stripe_of(conversation_id: &str) -> usize {
+    let mut hasher = DefaultHasher::new();
+    conversation_id.hash(&mut hasher);
+    (hasher.finish() % APPEND_STRIPES as u64) as usize
+}
+
+impl StoreCore {
+    /// Takes the locks that order an append of `events` against every
+    /// other append of the store and, with `expect`, checks the version
+    /// under them: `Error::Conflict` when it moved.
+    pub(super) fn order_append(
+        &self,
+        events: &[Event],
+        expect: Option<&Expect>,
+    ) -> Result<AppendOrder<'_>> {
+        let mut held = Vec::new();
+        if let Some(Expect::Store { next_lsn }) = expect {
+            held.push(Held::Exclusive(self.appending.write()));
+            // No append is in flight: every assigned LSN is indexed.
+            let actual = self.log.next_lsn();
+            if actual != *next_lsn {
+                return Err(self.conflict(None, *next_lsn, actual));
+            }
+            return Ok(AppendOrder { _held: held });
+        }
+        held.push(Held::Shared(self.appending.read()));
+        let expected = match expect {
+            Some(Expect::Conversation {
+                conversation_id,
+                last_lsn,
+            }) => Some((
+                conversation_id.as_str(),
+                stripe_of(conversation_id),
+                *last_lsn,
+            )),
+            _ => None,
+        };
+        let mut stripes: Vec<usize> = events
+            .iter()
+            .filter_map(Event::conversation_id)
+            .map(stripe_of)
+            .chain(expected.map(|(_, stripe, _)| stripe))
+            .collect();
+        // One order for every appender: no two can wait on each other.
+        stripes.sort_unstable();
+        stripes.dedup();
+        for stripe in stripes {
+            if expected.is_some_and(|(_, expected_stripe, _)| expected_stripe == stripe) {
+                held.push(Held::Exclusive(self.stripes[stripe].write()));
+            } else {
+                held.push(Held::Shared(self.stripes[stripe].read()));
+            }
+        }
+        if let Some((conversation_id, _, last_lsn)) = expected {
+            // Every append touching the conversation is indexed by now.
+            let actual = self
+                .fold_conversation(conversation_id, None)?
+                .map_or(0, |slice| slice.last_lsn());
+            if actual != last_lsn {
+                return Err(self.conflict(Some(conversation_id), last_lsn, actual));
+            }
+        }
+        Ok(AppendOrder { _held: held })
+    }
+
+    fn conflict(&self, conversation_id: Option<&str>, expected: Lsn, actual: Lsn) -> Error {
+        Error::Conflict {
+            store: self.log.dir().to_path_buf(),
+            conversation_id: conversation_id.map(str::to_string),
+            expected,
+            actual,
+        }
+    }
+}

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 pub enum Error {
     /// Another writer (another process, or another `Log` in this process)
     /// holds the store's lock.
-    #[error("store {path} is locked by another writer: this command needs the lock, and only one process holds it at a time (dump, inspect, tail and verify read beside a running writer; stop the writer, or wait for it, to run this command)")]
+    #[error("store {path} is locked by another writer: this command needs the lock, and only one process holds it at a time (dump, inspect, tail, verify, resume, export, stats and backup read beside a running writer; stop the writer, or wait for it, to run this command)")]
     Locked {
         /// The store directory.
         path: PathBuf,

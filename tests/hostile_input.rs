@@ -11,7 +11,9 @@ fn the_locked_error_names_the_commands_that_run_beside_a_writer() {
     }
     .to_string();
     assert!(!error.contains("need no lock"), "{error}");
-    for command in ["dump", "inspect", "tail", "verify"] {
+    for command in [
+        "dump", "inspect", "tail", "verify", "resume", "export", "stats", "backup",
+    ] {
         assert!(error.contains(command), "{error}");
     }
 }

@@ -68,8 +68,9 @@ Example:
 
 pub const STATS_HELP: &str = r#"Prints segments (count and bytes), the LSN range, events, conversations, the LSN of the
 snapshot in use, the in-memory index (entries and estimated bytes) and log bytes per
-event. Opens the store as its writer (replaying the tail after the snapshot), so it
-needs the writer's lock.
+event. Opens the store read-only (its newest usable snapshot, then the log after it): takes no
+lock and writes nothing, so it runs beside a writer in another process and sees what that
+writer has appended so far.
 
 Example:
   convlog stats ./my-store"#;
@@ -201,6 +202,16 @@ pub fn existing_store(dir: &Path) -> Result<(), Failure> {
 /// command registers: [`ContextsReducer`], so the snapshots `convlog
 /// snapshot` writes carry the contexts of `create-context` and a compacted
 /// store still knows them.
+/// Opens the store read-only, beside any running writer: no lock, nothing
+/// written. No host reducers: a snapshot taken by a host without them still
+/// serves conversations.
+pub fn open_store_read_only(dir: &Path) -> Result<Store, Failure> {
+    let store = Store::open_read_only(dir, StoreOptions::default())?;
+    // Catch up now, so a damaged log fails here with its location.
+    store.refresh()?;
+    Ok(store)
+}
+
 pub fn open_store(dir: &Path, options: StoreOptions) -> Result<Store, Failure> {
     Ok(StoreBuilder::new(dir)
         .options(options)
@@ -648,7 +659,7 @@ pub fn compact(dir: &Path, delete_covered: bool) -> Result<(), Failure> {
 /// `convlog stats STORE`.
 pub fn stats(dir: &Path) -> Result<(), Failure> {
     existing_store(dir)?;
-    let store = open_store(dir, StoreOptions::default())?;
+    let store = open_store_read_only(dir)?;
     let stats = store.stats();
     let listing = convlog::log::segment::list(&convlog::storage::FileSystem, dir)?;
     let mut bytes = 0u64;

@@ -10,9 +10,8 @@ use clap::ValueEnum;
 use convlog::history::{parse_curation, CurationContext, HistoryManager};
 use convlog::model::ConversationEntry;
 use convlog::provider::{self, PendingCalls, Provider, RenderOptions};
-use convlog::StoreOptions;
 
-use crate::commands::{existing_store, open_store, print_json, stdout_closed, Failure};
+use crate::commands::{existing_store, print_json, stdout_closed, Failure};
 
 pub const EXPORT_HELP: &str = r#"Output, for a provider format: the request body fields as one pretty JSON object
 (RenderedRequest::body()): merge in the model, tools and settings before sending.
@@ -39,8 +38,9 @@ names the calls either way. --pending applies to the provider formats only.
 Only the export is curated: the store keeps the full history and nothing is appended
 (no history_curated event either).
 
-Opens the store as its writer (replaying the tail after the snapshot), so it needs the
-writer's lock, like `stats`.
+Opens the store read-only (its newest usable snapshot, then the log after it): takes no
+lock and writes nothing, so it runs beside a writer in another process and sees what that
+writer has appended so far.
 
 Example:
   convlog export ./my-store --conversation ctx_123 --format anthropic --pending error
@@ -139,7 +139,7 @@ pub fn export(
     }
     existing_store(dir)?;
     let bar = crate::commands::spinner("reading the conversation");
-    let opened = open_store(dir, StoreOptions::default());
+    let opened = crate::commands::open_store_read_only(dir);
     let slice = opened
         .as_ref()
         .ok()

@@ -5,10 +5,9 @@ use std::path::Path;
 
 use convlog::model::ConversationEntry;
 use convlog::resume::{FinishedCall, PromptIdentity, ResumeOptions, UnfinishedCall};
-use convlog::StoreOptions;
 use serde::Serialize;
 
-use crate::commands::{existing_store, open_store, print_json, Failure};
+use crate::commands::{existing_store, print_json, Failure};
 
 pub const RESUME_HELP: &str = r#"Output: one pretty JSON object, the library's resume state (`convlog::resume`):
   {
@@ -32,8 +31,9 @@ pub const RESUME_HELP: &str = r#"Output: one pretty JSON object, the library's r
 entry; "-" stands for an absent part (travel/- , -/-). A mismatch fails naming both
 identities. An unknown conversation or evaluation fails too (exit 1).
 
-Opens the store as its writer (replaying the tail after the snapshot), so it needs the
-writer's lock, like `stats`.
+Opens the store read-only (its newest usable snapshot, then the log after it): takes no
+lock and writes nothing, so it runs beside a writer in another process and sees what that
+writer has appended so far.
 
 Example:
   convlog resume ./my-store --conversation ctx_123 --prompt travel/planner"#;
@@ -81,7 +81,7 @@ pub fn resume(
     with_entries: bool,
 ) -> Result<(), Failure> {
     existing_store(dir)?;
-    let store = open_store(dir, StoreOptions::default())?;
+    let store = crate::commands::open_store_read_only(dir)?;
     let state = store.resume(
         conversation,
         &ResumeOptions {

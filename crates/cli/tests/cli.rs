@@ -429,7 +429,53 @@ fn dump_reads_while_a_writer_holds_the_store() {
     small_segment_store(&store, 5);
     let writer = Store::open(&store, StoreOptions::default()).unwrap();
     assert_eq!(dump(&store, &[]).len(), 5);
-    let output = run(&["stats", path(&store)], b"");
+    // stats, resume and export open the store read-only beside the writer,
+    // and see what it appends meanwhile.
+    let stats = run(&["stats", path(&store)], b"");
+    assert_eq!(stats.status.code(), Some(0), "{}", stderr(&stats));
+    assert!(stdout(&stats).contains("1..=5"), "{}", stdout(&stats));
+    let ids: Vec<String> = dump(&store, &[])
+        .iter()
+        .filter_map(|event| event["conversation_id"].as_str().map(str::to_string))
+        .collect();
+    let conversation = ids.first().expect("the store has a conversation").clone();
+    let resume = run(
+        &["resume", path(&store), "--conversation", &conversation],
+        b"",
+    );
+    assert_eq!(resume.status.code(), Some(0), "{}", stderr(&resume));
+    let export = |format: &str| {
+        run(
+            &[
+                "export",
+                path(&store),
+                "--conversation",
+                &conversation,
+                "--format",
+                format,
+            ],
+            b"",
+        )
+    };
+    let before = export("jsonl");
+    assert_eq!(before.status.code(), Some(0), "{}", stderr(&before));
+    writer
+        .append_one(
+            convlog::model::ConversationEntry::new(
+                "eval-late",
+                1,
+                convlog::model::Role::User,
+                Some("appended while the reader runs".into()),
+            )
+            .recorded_in(&conversation),
+        )
+        .unwrap();
+    let after = export("jsonl");
+    assert_eq!(after.status.code(), Some(0), "{}", stderr(&after));
+    assert!(stdout(&after).contains("appended while the reader runs"));
+    assert!(stdout(&run(&["stats", path(&store)], b"")).contains("1..=6"));
+    // A command that writes still needs the lock.
+    let output = run(&["snapshot", path(&store)], b"");
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("locked"), "{}", stderr(&output));
     drop(writer);

@@ -9,6 +9,31 @@
 //!
 //! Every event is checked against named limits before it is stored
 //! ([`Event::validate`]); a failed check names the field.
+//!
+//! A host builds what it records with the constructors:
+//! [`ConversationEntry::user`], [`ConversationEntry::assistant_calling`],
+//! [`ConversationEntry::tool_result`], [`Event::tool_status`] and the like.
+//! Each gives the event the JSON form gives with its defaults: a fresh
+//! message id, the current time, every optional field empty.
+//!
+//! ```
+//! use convlog::model::{ConversationEntry, Event, ToolCall, ToolStatus};
+//!
+//! let ask = ConversationEntry::assistant_calling(
+//!     "eval-1",
+//!     1,
+//!     [ToolCall::new("call_1", "search", r#"{"q":"paris"}"#)],
+//! )
+//! .with_turn(1);
+//! let events = vec![
+//!     ask.recorded_in("ctx_123"),
+//!     Event::tool_status("ctx_123", "eval-1", "call_1", ToolStatus::Running),
+//!     ConversationEntry::tool_result("eval-1", 2, "call_1", "search", "18C")
+//!         .with_turn(1)
+//!         .recorded_in("ctx_123"),
+//! ];
+//! assert!(events.iter().all(|event| event.validate().is_ok()));
+//! ```
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -1061,7 +1086,7 @@ mod tests {
         let calling = ConversationEntry::assistant_calling("eval", 2, [call.clone()]).with_turn(1);
         assert_eq!((calling.role, calling.turn), (Role::Assistant, 1));
         assert_eq!(calling.content, None);
-        assert_eq!(calling.tool_calls, [call.clone()]);
+        assert_eq!(calling.tool_calls, std::slice::from_ref(&call));
         let event = calling.clone().recorded_in("ctx");
         assert_valid_and_round_trips(&event);
         let fields = r#", "turn": 1, "tool_calls": [{"call_id": "call_1", "name": "weather", "arguments": "{\"city\":\"paris\"}"}]"#;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use convlog::model::{ConversationEntry, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged};
+use convlog::model::{ConversationEntry, Role, Timestamp, ToolCall, ToolStatus};
 use convlog::resume::ResumeOptions;
 use convlog::store::{Store, StoreOptions};
 use convlog::Event;
@@ -29,39 +29,22 @@ fn scripted_model(history: &[ConversationEntry], sequence: u64) -> ConversationE
         .filter(|entry| entry.role == Role::Tool)
         .collect();
     if results.len() < CITIES.len() {
-        let mut entry = ConversationEntry::new(
-            EVALUATION,
-            sequence,
-            Role::Assistant,
-            Some("Let me check.".into()),
-        );
-        entry.turn = 1;
+        let calls = CITIES.iter().map(|city| {
+            let arguments = format!("{{\"city\":\"{city}\"}}");
+            ToolCall::new(format!("call_{city}"), "weather", arguments)
+        });
+        let mut entry =
+            ConversationEntry::assistant(EVALUATION, sequence, "Let me check.").with_turn(1);
+        entry.tool_calls.extend(calls);
         entry.finish_reason = Some("tool_calls".into());
-        entry.tool_calls = CITIES
-            .iter()
-            .map(|city| ToolCall {
-                call_id: format!("call_{city}"),
-                name: "weather".into(),
-                arguments: format!("{{\"city\":\"{city}\"}}"),
-                status: ToolStatus::Pending,
-                started_at: None,
-                ended_at: None,
-                error: None,
-            })
-            .collect();
         return entry;
     }
     let summary: Vec<String> = results
         .iter()
         .filter_map(|entry| entry.content.clone())
         .collect();
-    let mut entry = ConversationEntry::new(
-        EVALUATION,
-        sequence,
-        Role::Assistant,
-        Some(format!("Here is the weather: {}.", summary.join("; "))),
-    );
-    entry.turn = 2;
+    let text = format!("Here is the weather: {}.", summary.join("; "));
+    let mut entry = ConversationEntry::assistant(EVALUATION, sequence, text).with_turn(2);
     entry.finish_reason = Some("stop".into());
     entry
 }
@@ -74,44 +57,27 @@ fn weather(city: &str) -> String {
     format!("{city}: 18C")
 }
 
-fn status(call_id: &str, status: ToolStatus, resumed: bool) -> Event {
-    let mut change =
-        ToolStatusChanged::new(CONVERSATION, EVALUATION, call_id, status, Timestamp::now());
-    change.resumed = resumed;
-    Event::ToolStatus(change)
-}
-
-fn tool_result(call: &ToolCall, sequence: u64, content: String) -> Event {
-    let mut entry = ConversationEntry::new(EVALUATION, sequence, Role::Tool, Some(content));
-    entry.turn = 1;
-    entry.tool_call_id = Some(call.call_id.clone());
-    entry.tool_name = Some(call.name.clone());
-    entry.recorded_in(CONVERSATION)
+fn tool_result(call: &ToolCall, sequence: u64, output: String) -> Event {
+    ConversationEntry::tool_result(EVALUATION, sequence, &call.call_id, &call.name, output)
+        .with_turn(1)
+        .recorded_in(CONVERSATION)
 }
 
 /// First run: records every step until the process is killed.
 fn worker(dir: &Path) -> convlog::Result<()> {
     let store = Store::open(dir, StoreOptions::default())?;
-    let mut system = ConversationEntry::new(
-        EVALUATION,
-        0,
-        Role::System,
-        Some("You report weather.".into()),
-    );
+    let mut system = ConversationEntry::system(EVALUATION, 0, "You report weather.");
     system.prompt_ns = Some("demo".into());
     system.prompt_key = Some("weather".into());
     store.append_one(system.clone().recorded_in(CONVERSATION))?;
-    let user = ConversationEntry::new(
-        EVALUATION,
-        1,
-        Role::User,
-        Some("Weather in Paris, Rome, Oslo?".into()),
-    );
+    let user = ConversationEntry::user(EVALUATION, 1, "Weather in Paris, Rome, Oslo?");
     store.append_one(user.clone().recorded_in(CONVERSATION))?;
     let assistant = scripted_model(&[system, user], 2);
     store.append_one(assistant.clone().recorded_in(CONVERSATION))?;
     for (sequence, call) in (3..).zip(&assistant.tool_calls) {
-        store.append_one(status(&call.call_id, ToolStatus::Running, false))?;
+        let running =
+            Event::tool_status(CONVERSATION, EVALUATION, &call.call_id, ToolStatus::Running);
+        store.append_one(running)?;
         println!("running {}", call.call_id);
         std::io::stdout().flush().ok();
         let city = &call.call_id["call_".len()..];
@@ -175,7 +141,7 @@ fn main() -> convlog::Result<()> {
     // 3. Re-run only the unfinished calls, marked as resumed.
     let mut sequence = state.next_sequence;
     for unfinished in &state.unfinished_calls {
-        store.append_one(status(&unfinished.call.call_id, ToolStatus::Running, true))?;
+        store.append_one(state.rerun_event(&unfinished.call.call_id, Timestamp::now()))?;
         let output = format!("{}: 9C", &unfinished.call.call_id["call_".len()..]);
         store.append_one(tool_result(&unfinished.call, sequence, output))?;
         sequence += 1;

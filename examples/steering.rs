@@ -35,12 +35,7 @@ fn scripted_model(view: &[ConversationEntry]) -> Result<Vec<ConversationEntry>, 
     } else {
         "sorted(xs) or xs.sort(); key= and reverse= as needed."
     };
-    Ok(vec![ConversationEntry::new(
-        "model",
-        0,
-        Role::Assistant,
-        Some(answer.to_string()),
-    )])
+    Ok(vec![ConversationEntry::assistant("model", 0, answer)])
 }
 
 fn line(entry: &ConversationEntry) -> String {

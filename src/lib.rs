@@ -11,7 +11,7 @@
 //! read conversations back, resume.
 //!
 //! ```
-//! use convlog::model::{ConversationEntry, Role, ToolCall, ToolStatus};
+//! use convlog::model::{ConversationEntry, Event, Timestamp, ToolCall, ToolStatus};
 //! use convlog::provider::{self, Provider, RenderOptions};
 //! use convlog::resume::ResumeOptions;
 //! use convlog::{Store, StoreOptions};
@@ -22,34 +22,25 @@
 //!     let store = Store::open(dir.path(), StoreOptions::default())?;
 //!
 //!     // The user asks; the model answers with a tool call.
-//!     let question =
-//!         ConversationEntry::new("eval-1", 0, Role::User, Some("Weather in Paris?".into()));
-//!     let mut answer = ConversationEntry::new("eval-1", 1, Role::Assistant, None);
-//!     answer.turn = 1;
-//!     answer.tool_calls.push(ToolCall {
-//!         call_id: "call_1".into(),
-//!         name: "weather".into(),
-//!         arguments: r#"{"city":"paris"}"#.into(),
-//!         status: ToolStatus::Pending,
-//!         started_at: None,
-//!         ended_at: None,
-//!         error: None,
-//!     });
+//!     let question = ConversationEntry::user("eval-1", 0, "Weather in Paris?");
+//!     let weather = ToolCall::new("call_1", "weather", r#"{"city":"paris"}"#);
+//!     let answer = ConversationEntry::assistant_calling("eval-1", 1, [weather]).with_turn(1);
 //!     // One atomic batch, durable when `append` returns.
 //!     store.append(vec![question.recorded_in("trip"), answer.recorded_in("trip")])?;
+//!     store.append_one(Event::tool_status("trip", "eval-1", "call_1", ToolStatus::Running))?;
 //! } // The host dies here, before the tool returned.
 //!
 //! // A new host opens the store and asks what is left to do.
 //! let store = Store::open(dir.path(), StoreOptions::default())?;
 //! let state = store.resume("trip", &ResumeOptions::default())?;
-//! assert_eq!(state.unfinished_calls[0].call.call_id, "call_1");
+//! let call = &state.unfinished_calls[0].call;
+//! assert_eq!((call.call_id.as_str(), call.status), ("call_1", ToolStatus::Running));
 //!
-//! // It runs the call again and records the result.
-//! let mut result =
-//!     ConversationEntry::new("eval-1", state.next_sequence, Role::Tool, Some("18C".into()));
-//! result.turn = state.turn;
-//! result.tool_call_id = Some("call_1".into());
-//! result.tool_name = Some("weather".into());
+//! // It runs the call again (marked as a re-run) and records the result.
+//! store.append_one(state.rerun_event("call_1", Timestamp::now()))?;
+//! let result =
+//!     ConversationEntry::tool_result("eval-1", state.next_sequence, "call_1", "weather", "18C")
+//!         .with_turn(state.turn);
 //! store.append_one(result.recorded_in("trip"))?;
 //!
 //! // The next request to OpenAI Chat, rebuilt from the store.

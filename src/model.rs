@@ -9,6 +9,31 @@
 //!
 //! Every event is checked against named limits before it is stored
 //! ([`Event::validate`]); a failed check names the field.
+//!
+//! A host builds what it records with the constructors:
+//! [`ConversationEntry::user`], [`ConversationEntry::assistant_calling`],
+//! [`ConversationEntry::tool_result`], [`Event::tool_status`] and the like.
+//! Each gives the event the JSON form gives with its defaults: a fresh
+//! message id, the current time, every optional field empty.
+//!
+//! ```
+//! use convlog::model::{ConversationEntry, Event, ToolCall, ToolStatus};
+//!
+//! let ask = ConversationEntry::assistant_calling(
+//!     "eval-1",
+//!     1,
+//!     [ToolCall::new("call_1", "search", r#"{"q":"paris"}"#)],
+//! )
+//! .with_turn(1);
+//! let events = vec![
+//!     ask.recorded_in("ctx_123"),
+//!     Event::tool_status("ctx_123", "eval-1", "call_1", ToolStatus::Running),
+//!     ConversationEntry::tool_result("eval-1", 2, "call_1", "search", "18C")
+//!         .with_turn(1)
+//!         .recorded_in("ctx_123"),
+//! ];
+//! assert!(events.iter().all(|event| event.validate().is_ok()));
+//! ```
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -398,6 +423,119 @@ impl ConversationEntry {
             metadata: BTreeMap::new(),
         }
     }
+
+    /// A system prompt at `sequence` (the system prompt of an evaluation is
+    /// sequence 0), with a fresh message id and the current time.
+    pub fn system(
+        evaluation_id: impl Into<String>,
+        sequence: u64,
+        text: impl Into<String>,
+    ) -> Self {
+        ConversationEntry::new(evaluation_id, sequence, Role::System, Some(text.into()))
+    }
+
+    /// A user message, with a fresh message id and the current time.
+    pub fn user(evaluation_id: impl Into<String>, sequence: u64, text: impl Into<String>) -> Self {
+        ConversationEntry::new(evaluation_id, sequence, Role::User, Some(text.into()))
+    }
+
+    /// An assistant response with text and no tool calls (add them with
+    /// [`with_tool_call`](Self::with_tool_call)); a fresh message id and the
+    /// current time. Set its turn with [`with_turn`](Self::with_turn).
+    pub fn assistant(
+        evaluation_id: impl Into<String>,
+        sequence: u64,
+        text: impl Into<String>,
+    ) -> Self {
+        ConversationEntry::new(evaluation_id, sequence, Role::Assistant, Some(text.into()))
+    }
+
+    /// An assistant response that only asks for tool calls (no text), with a
+    /// fresh message id and the current time.
+    pub fn assistant_calling(
+        evaluation_id: impl Into<String>,
+        sequence: u64,
+        calls: impl IntoIterator<Item = ToolCall>,
+    ) -> Self {
+        let mut entry = ConversationEntry::new(evaluation_id, sequence, Role::Assistant, None);
+        entry.tool_calls.extend(calls);
+        entry
+    }
+
+    /// The result of call `call_id` of tool `tool_name`. Recording it
+    /// completes the call.
+    pub fn tool_result(
+        evaluation_id: impl Into<String>,
+        sequence: u64,
+        call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        output: impl Into<String>,
+    ) -> Self {
+        let mut entry =
+            ConversationEntry::new(evaluation_id, sequence, Role::Tool, Some(output.into()));
+        entry.tool_call_id = Some(call_id.into());
+        entry.tool_name = Some(tool_name.into());
+        entry
+    }
+
+    /// Call `call_id` of tool `tool_name` failed with `error` (held in
+    /// `content`, with `is_error` set). Recording it fails the call.
+    pub fn tool_error(
+        evaluation_id: impl Into<String>,
+        sequence: u64,
+        call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        error: impl Into<String>,
+    ) -> Self {
+        let mut entry =
+            ConversationEntry::tool_result(evaluation_id, sequence, call_id, tool_name, error);
+        entry.is_error = true;
+        entry
+    }
+
+    /// This entry with one more tool call.
+    #[must_use]
+    pub fn with_tool_call(mut self, call: ToolCall) -> Self {
+        self.tool_calls.push(call);
+        self
+    }
+
+    /// This entry in provider round trip `turn`
+    /// ([`ResumeState::next_turn`](crate::resume::ResumeState::next_turn)
+    /// for the next assistant response).
+    #[must_use]
+    pub fn with_turn(mut self, turn: u32) -> Self {
+        self.turn = turn;
+        self
+    }
+
+    /// This entry with the host's own message id, so that recording it again
+    /// after a crash is a no-op.
+    #[must_use]
+    pub fn with_message_id(mut self, message_id: Uuid) -> Self {
+        self.message_id = message_id;
+        self
+    }
+}
+
+impl ToolCall {
+    /// A pending call of tool `name` with the provider's id and its
+    /// JSON-encoded arguments (kept verbatim).
+    pub fn new(
+        call_id: impl Into<String>,
+        name: impl Into<String>,
+        arguments: impl Into<String>,
+    ) -> ToolCall {
+        ToolCall {
+            call_id: call_id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+            status: ToolStatus::Pending,
+            started_at: None,
+            ended_at: None,
+            error: None,
+        }
+    }
 }
 
 /// A conversation entry was recorded.
@@ -586,7 +724,60 @@ pub enum Event {
     Custom(CustomEvent),
 }
 
+impl From<ToolStatusChanged> for Event {
+    fn from(change: ToolStatusChanged) -> Event {
+        Event::ToolStatus(change)
+    }
+}
+
+impl From<ConversationRecorded> for Event {
+    fn from(recorded: ConversationRecorded) -> Event {
+        Event::ConversationRecorded(Box::new(recorded))
+    }
+}
+
 impl Event {
+    /// Call `call_id` of `evaluation_id` in `conversation_id` moved to
+    /// `status`, now. For a failure with its error text use
+    /// [`Event::tool_failed`]; for another time or a re-run after a resume,
+    /// build a [`ToolStatusChanged`] (or use
+    /// [`ResumeState::rerun_event`](crate::resume::ResumeState::rerun_event)).
+    pub fn tool_status(
+        conversation_id: impl Into<String>,
+        evaluation_id: impl Into<String>,
+        call_id: impl Into<String>,
+        status: ToolStatus,
+    ) -> Event {
+        Event::ToolStatus(ToolStatusChanged {
+            conversation_id: conversation_id.into(),
+            evaluation_id: evaluation_id.into(),
+            call_id: call_id.into(),
+            status,
+            at: Timestamp::now(),
+            error: None,
+            resumed: false,
+        })
+    }
+
+    /// Call `call_id` of `evaluation_id` in `conversation_id` failed with
+    /// `error`, now.
+    pub fn tool_failed(
+        conversation_id: impl Into<String>,
+        evaluation_id: impl Into<String>,
+        call_id: impl Into<String>,
+        error: impl Into<String>,
+    ) -> Event {
+        Event::ToolStatus(ToolStatusChanged {
+            conversation_id: conversation_id.into(),
+            evaluation_id: evaluation_id.into(),
+            call_id: call_id.into(),
+            status: ToolStatus::Failed,
+            at: Timestamp::now(),
+            error: Some(error.into()),
+            resumed: false,
+        })
+    }
+
     /// The conversation the event belongs to, if any.
     pub fn conversation_id(&self) -> Option<&str> {
         match self {
@@ -813,4 +1004,176 @@ fn validate_entry(path: &str, entry: &ConversationEntry) -> Result<(), InvalidFi
         Ok(())
     })();
     checked.map_err(|error| error.within(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json::{parse_line_at, to_json_line};
+
+    /// Parses one JSON line with `now` as the default time; the sequence is
+    /// always given in these lines.
+    fn parse(text: &str, now: Timestamp) -> Event {
+        let mut no_sequence = |_: &str, _: &str| Err("not asked in these tests".to_string());
+        let mut events = parse_line_at(1, text, now, &mut no_sequence).expect("the line parses");
+        assert_eq!(events.len(), 1);
+        events.remove(0)
+    }
+
+    /// The event is valid, and its JSON line reads back as the same event.
+    fn assert_valid_and_round_trips(event: &Event) {
+        event.validate().expect("the constructed event is valid");
+        let line = to_json_line(7, event).expect("the event has a JSON form");
+        assert_eq!(&parse(&line, Timestamp(0)), event, "round trip of {line}");
+    }
+
+    /// The event that the minimal JSON form of `entry` (its message id, its
+    /// evaluation, sequence and role, and `fields`) gives, every omitted
+    /// time defaulting to the entry's `created_at`.
+    fn from_minimal_json(entry: &ConversationEntry, fields: &str) -> Event {
+        let line = format!(
+            r#"{{"type": "conversation_recorded", "conversation_id": "ctx", "entry": {{"message_id": "{}", "evaluation_id": "{}", "sequence": {}, "role": "{}"{fields}}}}}"#,
+            entry.message_id,
+            entry.evaluation_id,
+            entry.sequence,
+            serde_json::to_value(entry.role).unwrap().as_str().unwrap(),
+        );
+        parse(&line, entry.created_at)
+    }
+
+    #[test]
+    fn system_and_user_entries_hold_their_text() {
+        let system = ConversationEntry::system("eval", 0, "You plan trips.");
+        assert_eq!(system.role, Role::System);
+        assert_eq!(system.content.as_deref(), Some("You plan trips."));
+        let user = ConversationEntry::user("eval", 1, "Weather in Paris?");
+        assert_eq!(
+            (
+                user.role,
+                user.evaluation_id.as_str(),
+                user.sequence,
+                user.turn
+            ),
+            (Role::User, "eval", 1, 0)
+        );
+        assert_eq!(user.content.as_deref(), Some("Weather in Paris?"));
+        assert!(user.tool_calls.is_empty() && user.tool_call_id.is_none() && !user.is_error);
+        assert_ne!(system.message_id, user.message_id, "each gets a fresh id");
+        for (entry, content) in [(system, "You plan trips."), (user, "Weather in Paris?")] {
+            let event = entry.clone().recorded_in("ctx");
+            assert_valid_and_round_trips(&event);
+            let fields = format!(r#", "content": "{content}""#);
+            assert_eq!(from_minimal_json(&entry, &fields), event);
+        }
+    }
+
+    #[test]
+    fn assistant_entries_carry_text_and_pending_calls() {
+        let call = ToolCall::new("call_1", "weather", r#"{"city":"paris"}"#);
+        assert_eq!(
+            call,
+            ToolCall {
+                call_id: "call_1".into(),
+                name: "weather".into(),
+                arguments: r#"{"city":"paris"}"#.into(),
+                status: ToolStatus::Pending,
+                started_at: None,
+                ended_at: None,
+                error: None,
+            }
+        );
+
+        let calling = ConversationEntry::assistant_calling("eval", 2, [call.clone()]).with_turn(1);
+        assert_eq!((calling.role, calling.turn), (Role::Assistant, 1));
+        assert_eq!(calling.content, None);
+        assert_eq!(calling.tool_calls, std::slice::from_ref(&call));
+        let event = calling.clone().recorded_in("ctx");
+        assert_valid_and_round_trips(&event);
+        let fields = r#", "turn": 1, "tool_calls": [{"call_id": "call_1", "name": "weather", "arguments": "{\"city\":\"paris\"}"}]"#;
+        assert_eq!(from_minimal_json(&calling, fields), event);
+
+        let second = ToolCall::new("call_2", "weather", r#"{"city":"rome"}"#);
+        let talking = ConversationEntry::assistant("eval", 2, "Let me look.")
+            .with_tool_call(call.clone())
+            .with_tool_call(second.clone());
+        assert_eq!(talking.content.as_deref(), Some("Let me look."));
+        assert_eq!(talking.tool_calls, [call, second]);
+        assert_valid_and_round_trips(&talking.recorded_in("ctx"));
+
+        let done = ConversationEntry::assistant("eval", 3, "Sunny.");
+        assert!(done.tool_calls.is_empty());
+        assert_valid_and_round_trips(&done.recorded_in("ctx"));
+    }
+
+    #[test]
+    fn tool_results_answer_their_call() {
+        let result = ConversationEntry::tool_result("eval", 3, "call_1", "weather", "18C");
+        assert_eq!(result.role, Role::Tool);
+        assert_eq!(result.tool_call_id.as_deref(), Some("call_1"));
+        assert_eq!(result.tool_name.as_deref(), Some("weather"));
+        assert_eq!(result.content.as_deref(), Some("18C"));
+        assert!(!result.is_error);
+        let event = result.clone().recorded_in("ctx");
+        assert_valid_and_round_trips(&event);
+        let fields = r#", "tool_call_id": "call_1", "tool_name": "weather", "content": "18C""#;
+        assert_eq!(from_minimal_json(&result, fields), event);
+
+        let failure = ConversationEntry::tool_error("eval", 4, "call_2", "weather", "timed out");
+        assert_eq!(failure.role, Role::Tool);
+        assert_eq!(failure.tool_call_id.as_deref(), Some("call_2"));
+        assert_eq!(failure.content.as_deref(), Some("timed out"));
+        assert!(failure.is_error);
+        let event = failure.clone().recorded_in("ctx");
+        assert_valid_and_round_trips(&event);
+        let fields = r#", "tool_call_id": "call_2", "tool_name": "weather", "is_error": true, "content": "timed out""#;
+        assert_eq!(from_minimal_json(&failure, fields), event);
+    }
+
+    #[test]
+    fn a_host_message_id_is_kept() {
+        let id = Uuid::from_u128(7);
+        let entry = ConversationEntry::user("eval", 0, "hi").with_message_id(id);
+        assert_eq!(entry.message_id, id);
+        let recorded = ConversationRecorded {
+            conversation_id: "ctx".into(),
+            session_id: None,
+            created_at: entry.created_at,
+            entry: entry.clone(),
+        };
+        assert_eq!(Event::from(recorded), entry.recorded_in("ctx"));
+    }
+
+    #[test]
+    fn tool_status_events_match_their_minimal_json() {
+        let running = Event::tool_status("ctx", "eval", "call_1", ToolStatus::Running);
+        let Event::ToolStatus(change) = &running else {
+            panic!("a tool status event: {running:?}");
+        };
+        assert_eq!(
+            (change.status, change.error.as_deref(), change.resumed),
+            (ToolStatus::Running, None, false)
+        );
+        assert_valid_and_round_trips(&running);
+        let line = r#"{"type": "tool_status", "conversation_id": "ctx", "evaluation_id": "eval", "call_id": "call_1", "status": "running"}"#;
+        assert_eq!(parse(line, change.at), running);
+
+        let failed = Event::tool_failed("ctx", "eval", "call_2", "timed out");
+        let Event::ToolStatus(change) = &failed else {
+            panic!("a tool status event: {failed:?}");
+        };
+        assert_eq!(
+            (
+                change.call_id.as_str(),
+                change.status,
+                change.error.as_deref()
+            ),
+            ("call_2", ToolStatus::Failed, Some("timed out"))
+        );
+        assert_valid_and_round_trips(&failed);
+        let line = r#"{"type": "tool_status", "conversation_id": "ctx", "evaluation_id": "eval", "call_id": "call_2", "status": "failed", "error": "timed out"}"#;
+        assert_eq!(parse(line, change.at), failed);
+
+        let converted: Event = change.clone().into();
+        assert_eq!(converted, failed);
+    }
 }

@@ -29,9 +29,8 @@ pub fn backup(store: &Path, dest: &Path) -> Result<(), Failure> {
     commands::row(
         "LSN range",
         format!(
-            "{}..{} ({} events)",
-            report.first_lsn,
-            report.next_lsn,
+            "{} ({} events)",
+            commands::lsn_range(report.first_lsn, report.next_lsn),
             report.next_lsn - report.first_lsn
         ),
     );

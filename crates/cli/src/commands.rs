@@ -230,7 +230,7 @@ pub fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
         .or_else(stdout_closed)
 }
 
-fn lsn_range(first_lsn: u64, next_lsn: u64) -> String {
+pub fn lsn_range(first_lsn: u64, next_lsn: u64) -> String {
     if next_lsn > first_lsn {
         format!("{first_lsn}..={}", next_lsn - 1)
     } else {

@@ -1,41 +1,18 @@
 //! Helpers shared by the `convlog` command's tests: running the binary
 //! (`CARGO_BIN_EXE_convlog` is set only for this crate's own tests) and
-//! the few store helpers those tests use. The library's tests have their
-//! own `tests/common` at the repository root.
+//! the library tests' store helpers (`tests/common` at the repository root),
+//! re-exported.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
-use convlog::log::{LogOptions, LogReader, Record};
-
-/// Segment files of a store, in LSN order.
-pub fn segment_paths(dir: &Path) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|extension| extension == "seg"))
-        .collect();
-    paths.sort();
-    paths
-}
-
-/// Every record of the store, read by a directory reader; panics on error.
-pub fn read_all(dir: &Path) -> Vec<Record> {
-    LogReader::open(dir)
-        .unwrap()
-        .iter()
-        .collect::<convlog::Result<Vec<_>>>()
-        .unwrap()
-}
-
-/// Options with tiny segments, so tests cross segment boundaries.
-pub fn small_segments() -> LogOptions {
-    LogOptions {
-        segment_bytes_max: 4096,
-        ..LogOptions::default()
-    }
-}
+// The store helpers (segment_paths, read_all, small_segments, Rng, the
+// child-process roles) are the library tests' own, not copies of them.
+#[path = "../../../../tests/common/mod.rs"]
+mod library;
+#[allow(unused_imports)]
+pub use library::*;
 
 /// Runs the `convlog` binary with `args` and `stdin` as its standard input.
 pub fn run_convlog(args: &[&str], stdin: &[u8]) -> std::process::Output {

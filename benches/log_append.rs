@@ -113,14 +113,14 @@ fn run_log(
         |_, thread, iteration| {
             if batch == 1 {
                 let payload = pick(pool, thread, iteration);
-                log.append(payload).expect("append");
+                log.append(&[payload]).expect("append");
                 payload.len()
             } else {
                 let start = (iteration as usize * batch) % pool.len();
                 let payloads: Vec<&[u8]> = (0..batch)
                     .map(|index| pool[(start + index) % pool.len()].as_slice())
                     .collect();
-                log.append_batch(&payloads).expect("append_batch");
+                log.append(&payloads).expect("append_batch");
                 payloads.iter().map(|payload| payload.len()).sum()
             }
         },

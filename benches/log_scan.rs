@@ -54,7 +54,7 @@ fn build(dir: &Path, target_bytes: u64) -> BenchResult<Built> {
             .map(|index| pool[(next + index) % pool.len()].as_slice())
             .collect();
         next = (next + 7 * BATCH + 1) % pool.len();
-        log.append_batch(&batch)?;
+        log.append(&batch)?;
         events += BATCH as u64;
         payload_bytes += batch
             .iter()

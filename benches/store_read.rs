@@ -57,7 +57,7 @@ use convlog::log::{Durability, LogOptions, Lsn};
 use convlog::model::{
     ConversationEntry, Event, Reasoning, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged,
 };
-use convlog::store::{Store, StoreOptions};
+use convlog::store::{AppendOptions, Store, StoreOptions};
 use rusqlite::Connection;
 use uuid::Uuid;
 
@@ -553,7 +553,7 @@ fn record(
             )
         })
         .collect();
-    let lsns = store.append_with(batch, Durability::None)?;
+    let lsns = store.append_with(&batch, AppendOptions::new().durability(Durability::None))?;
     for (lsn, (id, payload)) in lsns.zip(rows) {
         insert.execute(rusqlite::params![lsn as i64, id, payload])?;
     }
@@ -1068,7 +1068,7 @@ impl Filler {
                     .iter()
                     .map(|event| codec::encode_event(event).len() as u64)
                     .sum::<u64>();
-                store.append_with(batch, Durability::None)?;
+                store.append_with(&batch, AppendOptions::new().durability(Durability::None))?;
             }
         }
         Ok(())
@@ -1082,7 +1082,7 @@ impl Filler {
             let id = format!("tail-{tag}-{number}");
             for batch in self.generator.conversation(&id, 50, TARGET_SHAPE) {
                 events += batch.len() as u64;
-                store.append_with(batch, Durability::None)?;
+                store.append_with(&batch, AppendOptions::new().durability(Durability::None))?;
             }
         }
         self.conversations += 8;
@@ -1543,7 +1543,7 @@ fn bench_adversarial(sizes: &[usize]) -> BenchResult<()> {
             let scratch = common::scratch_dir("adversarial");
             let store = open_none(scratch.path())?;
             for chunk in events.chunks(1024) {
-                store.append_with(chunk.to_vec(), Durability::None)?;
+                store.append_with(chunk, AppendOptions::new().durability(Durability::None))?;
             }
             drop(store);
             let store = open_none(scratch.path())?;

@@ -69,20 +69,20 @@ fn worker(dir: &Path) -> convlog::Result<()> {
     let mut system = ConversationEntry::system(EVALUATION, 0, "You report weather.");
     system.prompt_ns = Some("demo".into());
     system.prompt_key = Some("weather".into());
-    store.append_one(system.clone().recorded_in(CONVERSATION))?;
+    store.append(&[system.clone().recorded_in(CONVERSATION)])?;
     let user = ConversationEntry::user(EVALUATION, 1, "Weather in Paris, Rome, Oslo?");
-    store.append_one(user.clone().recorded_in(CONVERSATION))?;
+    store.append(&[user.clone().recorded_in(CONVERSATION)])?;
     let assistant = scripted_model(&[system, user], 2);
-    store.append_one(assistant.clone().recorded_in(CONVERSATION))?;
+    store.append(&[assistant.clone().recorded_in(CONVERSATION)])?;
     for (sequence, call) in (3..).zip(&assistant.tool_calls) {
         let running =
             Event::tool_status(CONVERSATION, EVALUATION, &call.call_id, ToolStatus::Running);
-        store.append_one(running)?;
+        store.append(&[running])?;
         println!("running {}", call.call_id);
         std::io::stdout().flush().ok();
         let city = &call.call_id["call_".len()..];
         let output = weather(city);
-        store.append_one(tool_result(call, sequence, output))?;
+        store.append(&[tool_result(call, sequence, output)])?;
     }
     Ok(())
 }
@@ -141,9 +141,9 @@ fn main() -> convlog::Result<()> {
     // 3. Re-run only the unfinished calls, marked as resumed.
     let mut sequence = state.next_sequence;
     for unfinished in &state.unfinished_calls {
-        store.append_one(state.rerun_event(&unfinished.call.call_id, Timestamp::now()))?;
+        store.append(&[state.rerun_event(&unfinished.call.call_id, Timestamp::now())])?;
         let output = format!("{}: 9C", &unfinished.call.call_id["call_".len()..]);
-        store.append_one(tool_result(&unfinished.call, sequence, output))?;
+        store.append(&[tool_result(&unfinished.call, sequence, output)])?;
         sequence += 1;
     }
 
@@ -153,7 +153,7 @@ fn main() -> convlog::Result<()> {
         .entries;
     let answer = scripted_model(&history, sequence);
     println!("\nmodel: {}", answer.content.as_deref().unwrap_or_default());
-    store.append_one(answer.recorded_in(CONVERSATION))?;
+    store.append(&[answer.recorded_in(CONVERSATION)])?;
     let done = store.resume(CONVERSATION, &ResumeOptions::default())?;
     assert!(done.finished && done.unfinished_calls.is_empty());
     println!(

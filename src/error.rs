@@ -191,7 +191,7 @@ pub enum Error {
         operation: &'static str,
     },
 
-    /// A conditional append ([`crate::Store::append_if`]) found the
+    /// A conditional append ([`crate::AppendOptions::expect`]) found the
     /// conversation (or the store) at another version than the caller
     /// read: another appender got there first. Nothing was appended. Read
     /// the conversation again, decide again, and retry.

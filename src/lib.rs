@@ -11,10 +11,10 @@
 //! read conversations back, resume.
 //!
 //! ```
-//! use convlog::model::{ConversationEntry, Event, Timestamp, ToolCall, ToolStatus};
-//! use convlog::provider::{self, Provider, RenderOptions};
-//! use convlog::resume::ResumeOptions;
-//! use convlog::{Store, StoreOptions};
+//! use convlog::{
+//!     render, ConversationEntry, Event, Provider, RenderOptions, ResumeOptions, Store,
+//!     StoreOptions, Timestamp, ToolCall, ToolStatus,
+//! };
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let dir = tempfile::tempdir()?;
@@ -26,8 +26,8 @@
 //!     let weather = ToolCall::new("call_1", "weather", r#"{"city":"paris"}"#);
 //!     let answer = ConversationEntry::assistant_calling("eval-1", 1, [weather]).with_turn(1);
 //!     // One atomic batch, durable when `append` returns.
-//!     store.append(vec![question.recorded_in("trip"), answer.recorded_in("trip")])?;
-//!     store.append_one(Event::tool_status("trip", "eval-1", "call_1", ToolStatus::Running))?;
+//!     store.append(&[question.recorded_in("trip"), answer.recorded_in("trip")])?;
+//!     store.append(&[Event::tool_status("trip", "eval-1", "call_1", ToolStatus::Running)])?;
 //! } // The host dies here, before the tool returned.
 //!
 //! // A new host opens the store and asks what is left to do.
@@ -37,19 +37,15 @@
 //! assert_eq!((call.call_id.as_str(), call.status), ("call_1", ToolStatus::Running));
 //!
 //! // It runs the call again (marked as a re-run) and records the result.
-//! store.append_one(state.rerun_event("call_1", Timestamp::now()))?;
+//! store.append(&[state.rerun_event("call_1", Timestamp::now())])?;
 //! let result =
 //!     ConversationEntry::tool_result("eval-1", state.next_sequence, "call_1", "weather", "18C")
 //!         .with_turn(state.turn);
-//! store.append_one(result.recorded_in("trip"))?;
+//! store.append(&[result.recorded_in("trip")])?;
 //!
 //! // The next request to OpenAI Chat, rebuilt from the store.
 //! let conversation = store.conversation("trip")?;
-//! let request = provider::render(
-//!     Provider::OpenAiChat,
-//!     conversation.entries(),
-//!     &RenderOptions::default(),
-//! )?;
+//! let request = render(Provider::OpenAiChat, conversation.entries(), &RenderOptions::default())?;
 //! assert_eq!(request.messages.len(), 3); // user, assistant with its call, tool result
 //! assert_eq!(request.messages[2]["role"], "tool");
 //! # Ok(())
@@ -60,23 +56,37 @@
 //! history, auditing a conversation, backups. The JSON form of every event
 //! is in `docs/events.md`.
 //!
+//! # What a host uses
+//!
+//! Everything above is at the crate root:
+//!
+//! | | |
+//! |---|---|
+//! | open | [`Store`], [`StoreOptions`], [`StoreBuilder`] (host reducers), [`Store::open_read_only`] (beside a writer) |
+//! | record | [`Store::append`], [`Store::append_with`] ([`AppendOptions`]: durability, [`Expect`] for conditional appends); [`Event`], [`ConversationEntry`], [`ToolCall`], [`ToolStatus`] and their constructors |
+//! | read | [`Store::conversation`] ([`ConversationSlice`]), [`Store::resume`] ([`ResumeState`]) |
+//! | providers | [`render`] entries for OpenAI Chat, OpenAI Responses, Anthropic, Gemini, Ollama ([`Provider`]); [`ingest`] a provider's messages as entries |
+//! | curate | [`HistoryManager`]s: [`SlidingWindow`], [`TokenBudget`], [`ToolResultTruncator`], [`Composed`]; [`curate_and_record`] |
+//! | control | [`MessageControl`]: contexts with owners, validated add/set messages, previews, steering |
+//! | fold your own | [`Reducer`], registered with [`StoreBuilder::reducer`] |
+//! | errors | the one [`Error`] type |
+//!
 //! # Modules
 //!
-//! | module | what a host uses it for |
+//! | module | more of the same, and what the root does not re-export |
 //! |---|---|
-//! | [`store`] | [`Store`], [`StoreOptions`], [`StoreBuilder`] (host reducers), snapshots, compaction, [`store::backup()`], [`store::verify()`] |
-//! | [`model`] | the events ([`Event`]) and entries ([`ConversationEntry`]) convlog stores, and their limits |
-//! | [`conversation`] | [`ConversationSlice`]: one conversation folded from its events, and its queries |
-//! | [`resume`] | [`Store::resume`]: unfinished and finished calls, the next sequence and turn |
-//! | [`provider`] | entries to and from OpenAI Chat, OpenAI Responses, Anthropic, Gemini and Ollama messages |
-//! | [`history`] | history managers: windows, truncation, token budgets, compaction, without breaking tool pairing |
-//! | [`control`] | message control: contexts with owners, validated add/set messages, previews, steering |
+//! | [`store`] | snapshots, compaction, [`store::backup()`], [`store::verify()`], [`LogView`] |
+//! | [`model`] | every event and entry type, and their limits |
+//! | [`conversation`] | [`ConversationSlice`] and its queries |
+//! | [`resume`] | [`ResumeState`], prompt identity |
+//! | [`provider`] | render options, display names, pending-call policies, per-provider rules |
+//! | [`history`] | every history manager, token estimators, curation records |
+//! | [`control`] | message control's messages, contexts and errors |
 //! | [`audit`] | timelines of a conversation as text, JSON and HTML; following a writer |
-//! | [`reducer`] | the [`reducer::Reducer`] trait for host slices folded from every event |
+//! | [`reducer`] | the [`Reducer`] trait |
 //! | [`json`] | the JSON line form of events (`docs/events.md`) |
 //! | [`parts`] | parts-based messages (text and tool parts) to and from entries |
-//! | [`error`] | the one [`Error`] type |
-//! | [`log`], [`storage`], [`codec`] | the layers underneath (below) |
+//! | [`log`], [`storage`] | the layers underneath (below) |
 //!
 //! # Underneath: the segment log
 //!
@@ -85,7 +95,7 @@
 //!
 //! - Appends are framed and checksummed; a batch is all-or-nothing after
 //!   any crash; LSNs are gap-free.
-//! - [`log::Durability`] chooses when an append is acknowledged: after its
+//! - [`Durability`] chooses when an append is acknowledged: after its
 //!   own fsync, after a shared group fsync (the default), or before any.
 //! - Opening a store cuts a torn tail (logged) and fails with
 //!   [`Error::Corrupted`] (segment, offset, reason) on any other damage.
@@ -93,11 +103,20 @@
 //!   any process ([`log::LogReader`]).
 //!
 //! The byte format is in `docs/format.md`, the layers in `ARCHITECTURE.md`.
+//!
+//! # Features
+//!
+//! - `testing`: the internals the crate's own tests, benches and fuzz
+//!   targets use (the frame format, recovery's scanner, the event codec,
+//!   the snapshot format, a simulated crash disk). Not a stable API.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod audit;
+#[cfg(feature = "testing")]
 pub mod codec;
+#[cfg(not(feature = "testing"))]
+pub(crate) mod codec;
 pub mod control;
 pub mod conversation;
 pub mod error;
@@ -112,11 +131,18 @@ pub mod resume;
 pub mod storage;
 pub mod store;
 
+pub use control::MessageControl;
 pub use conversation::ConversationSlice;
 pub use error::{Error, Result};
-pub use log::{Durability, Log, LogOptions, LogReader, Lsn, Record};
-pub use model::{ConversationEntry, Event, Role, ToolStatus};
-pub use store::{Store, StoreBuilder, StoreOptions};
+pub use history::{
+    curate_and_record, Composed, HistoryManager, SlidingWindow, TokenBudget, ToolResultTruncator,
+};
+pub use log::{Durability, Lsn};
+pub use model::{ConversationEntry, Event, Role, Timestamp, ToolCall, ToolStatus};
+pub use provider::{render, to_entries as ingest, Provider, RenderOptions, RenderedRequest};
+pub use reducer::Reducer;
+pub use resume::{ResumeOptions, ResumeState};
+pub use store::{AppendOptions, Expect, LogView, Retention, Store, StoreBuilder, StoreOptions};
 
 /// The code blocks of `README.md`, compiled and run as doctests so the
 /// embedding example never goes stale.

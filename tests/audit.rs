@@ -212,7 +212,7 @@ fn events() -> Vec<Event> {
 fn store_with_events(dir: &Path) -> Store {
     let store = Store::open(dir, StoreOptions::default()).unwrap();
     for event in events() {
-        store.append_one(event).unwrap();
+        store.append(&[event]).unwrap();
     }
     store
 }
@@ -513,16 +513,16 @@ fn the_read_only_view_uses_a_snapshot_when_the_log_was_compacted() {
     };
     let store = Store::open(dir.path(), options()).unwrap();
     for event in events() {
-        store.append_one(event).unwrap();
+        store.append(&[event]).unwrap();
     }
     for index in 0..60u64 {
         let filler = entry("eval-9", index, 0, Role::User, &"x".repeat(200), 40_000);
-        store.append_one(filler.recorded_in("ctx_filler")).unwrap();
+        store.append(&[filler.recorded_in("ctx_filler")]).unwrap();
     }
     store.snapshot().unwrap();
     assert!(!store.compact().unwrap().removed.is_empty());
     store
-        .append_one(status("eval-1", "call_news", ToolStatus::Failed, 50_000))
+        .append(&[status("eval-1", "call_news", ToolStatus::Failed, 50_000)])
         .unwrap();
     let expected = Timeline::from_slice(
         &store.conversation(CONVERSATION).unwrap(),
@@ -732,7 +732,7 @@ fn run_writer() {
             )
             .recorded_in(CONVERSATION)
         };
-        store.append_one(event).unwrap();
+        store.append(&[event]).unwrap();
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -872,7 +872,7 @@ fn tail_from_the_end_follows_a_writer_thread() {
                 let noise =
                     entry("eval-7", index, 0, Role::User, "noise", 0).recorded_in("ctx_noise");
                 let late = entry("eval-7", index, 0, Role::User, "late", 0).recorded_in("ctx_late");
-                store.append(vec![noise, late]).unwrap();
+                store.append(&[noise, late]).unwrap();
             }
         })
     };

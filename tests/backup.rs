@@ -46,7 +46,7 @@ fn log_records(dir: &Path) -> Vec<(Lsn, Vec<u8>)> {
 fn fill(store: &Store, events: u64) {
     for sequence in 1..=events {
         store
-            .append(vec![message(sequence as usize % 3, sequence)])
+            .append(&[message(sequence as usize % 3, sequence)])
             .unwrap();
     }
 }
@@ -75,7 +75,7 @@ fn a_backup_restores_to_the_same_conversations() {
         );
     }
     // It is a store, not a view: it takes appends of its own.
-    restored.append(vec![message(7, 1)]).unwrap();
+    restored.append(&[message(7, 1)]).unwrap();
     assert_eq!(store.stats().next_lsn, 61, "the source is untouched");
 }
 
@@ -92,7 +92,7 @@ fn a_backup_beside_a_running_writer_is_an_acknowledged_prefix() {
             while stopped.try_recv().is_err() {
                 sequence += 1;
                 let lsns = store
-                    .append(vec![message(1, sequence), message(2, sequence)])
+                    .append(&[message(1, sequence), message(2, sequence)])
                     .unwrap();
                 let _ = acked.send(lsns.end - 1);
             }

@@ -1,4 +1,4 @@
-//! Conditional appends (`Store::append_if`): append only if a conversation
+//! Conditional appends (`Store::append_with` with `AppendOptions::expect`): append only if a conversation
 //! (or the store) is still at the version the caller read; otherwise
 //! `Error::Conflict` naming both versions, and nothing appended. The check
 //! and the append are atomic against every other append of the store.
@@ -21,7 +21,7 @@ use convlog::control::{MessageControl, Principal};
 use convlog::log::LogOptions;
 use convlog::model::{ConversationEntry, Event, Role, ToolCall, ToolStatus};
 use convlog::storage::{FileSystem, LockGuard, SealedFile, SharedBytes, Storage, StorageFile};
-use convlog::store::{Expect, Store, StoreBuilder, StoreOptions};
+use convlog::store::{AppendOptions, Expect, Store, StoreBuilder, StoreOptions};
 use convlog::Error;
 
 /// How long a test gives an appender that must be held back to get
@@ -52,20 +52,29 @@ fn a_stale_conversation_version_is_a_conflict_naming_both_versions() {
     let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
     // No event yet: version 0.
     store
-        .append_if(vec![said("c", 0, "first")], Expect::conversation("c", 0))
+        .append_with(
+            &[said("c", 0, "first")],
+            AppendOptions::new().expect(Expect::conversation("c", 0)),
+        )
         .unwrap();
-    store.append_one(said("other", 0, "elsewhere")).unwrap();
+    store.append(&[said("other", 0, "elsewhere")]).unwrap();
     let read = store.conversation("c").unwrap();
     assert_eq!(read.last_lsn(), 1);
     // Another conversation's append does not move this one.
     assert_eq!(
         store
-            .append_if(vec![said("c", 1, "second")], Expect::conversation("c", 1))
+            .append_with(
+                &[said("c", 1, "second")],
+                AppendOptions::new().expect(Expect::conversation("c", 1))
+            )
             .unwrap(),
         3..4
     );
     let error = store
-        .append_if(vec![said("c", 2, "late")], Expect::conversation("c", 1))
+        .append_with(
+            &[said("c", 2, "late")],
+            AppendOptions::new().expect(Expect::conversation("c", 1)),
+        )
         .unwrap_err();
     let text = error.to_string();
     assert!(
@@ -81,7 +90,10 @@ fn a_stale_conversation_version_is_a_conflict_naming_both_versions() {
     assert_eq!(store.conversation("c").unwrap().len(), 2);
     // Expecting a conversation to be new when it is not.
     assert_eq!(
-        conflict(store.append_if(vec![said("c", 2, "x")], Expect::conversation("c", 0))),
+        conflict(store.append_with(
+            &[said("c", 2, "x")],
+            AppendOptions::new().expect(Expect::conversation("c", 0))
+        )),
         (Some("c".to_string()), 0, 3)
     );
 }
@@ -92,11 +104,17 @@ fn the_store_version_is_its_next_lsn() {
     let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
     let next = store.log().next_lsn();
     store
-        .append_if(vec![said("a", 0, "one")], Expect::store(next))
+        .append_with(
+            &[said("a", 0, "one")],
+            AppendOptions::new().expect(Expect::store(next)),
+        )
         .unwrap();
-    store.append_one(said("b", 0, "two")).unwrap();
+    store.append(&[said("b", 0, "two")]).unwrap();
     assert_eq!(
-        conflict(store.append_if(vec![said("a", 1, "three")], Expect::store(next + 1))),
+        conflict(store.append_with(
+            &[said("a", 1, "three")],
+            AppendOptions::new().expect(Expect::store(next + 1))
+        )),
         (None, 2, 3)
     );
     assert_eq!(store.log().next_lsn(), 3);
@@ -110,15 +128,18 @@ fn custom_events_do_not_move_the_version_and_snapshots_keep_it() {
         // A custom event carrying the conversation id is not folded into
         // the slice: the version the caller reads stays 0.
         store
-            .append_one(context_created_event("c", Some("alice"), false))
+            .append(&[context_created_event("c", Some("alice"), false)])
             .unwrap();
         let read = store.conversation("c").unwrap();
         assert_eq!(read.last_lsn(), 0);
         store
-            .append_if(vec![said("c", 0, "hello")], Expect::conversation("c", 0))
+            .append_with(
+                &[said("c", 0, "hello")],
+                AppendOptions::new().expect(Expect::conversation("c", 0)),
+            )
             .unwrap();
         store
-            .append_one(context_created_event("c", Some("bob"), false))
+            .append(&[context_created_event("c", Some("bob"), false)])
             .unwrap();
         assert_eq!(store.conversation("c").unwrap().last_lsn(), 2);
         store.snapshot().unwrap();
@@ -127,11 +148,17 @@ fn custom_events_do_not_move_the_version_and_snapshots_keep_it() {
     let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
     assert!(store.open_report().snapshot.is_some());
     assert_eq!(
-        conflict(store.append_if(vec![said("c", 1, "x")], Expect::conversation("c", 1))),
+        conflict(store.append_with(
+            &[said("c", 1, "x")],
+            AppendOptions::new().expect(Expect::conversation("c", 1))
+        )),
         (Some("c".to_string()), 1, 2)
     );
     store
-        .append_if(vec![said("c", 1, "again")], Expect::conversation("c", 2))
+        .append_with(
+            &[said("c", 1, "again")],
+            AppendOptions::new().expect(Expect::conversation("c", 2)),
+        )
         .unwrap();
 }
 
@@ -139,10 +166,13 @@ fn custom_events_do_not_move_the_version_and_snapshots_keep_it() {
 fn a_read_only_store_refuses_conditional_appends() {
     let dir = tempfile::tempdir().unwrap();
     let writer = Store::open(dir.path(), StoreOptions::default()).unwrap();
-    writer.append_one(said("c", 0, "hello")).unwrap();
+    writer.append(&[said("c", 0, "hello")]).unwrap();
     let reader = Store::open_read_only(dir.path(), StoreOptions::default()).unwrap();
     assert!(matches!(
-        reader.append_if(vec![said("c", 1, "x")], Expect::conversation("c", 1)),
+        reader.append_with(
+            &[said("c", 1, "x")],
+            AppendOptions::new().expect(Expect::conversation("c", 1))
+        ),
         Err(Error::ReadOnly {
             operation: "append",
             ..
@@ -161,7 +191,7 @@ fn racing_appenders_never_slip_between_a_check_and_its_append() {
     const APPENDS_PER_THREAD: usize = 25;
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open(dir.path(), StoreOptions::default()).unwrap());
-    store.append_one(said("c", 0, "start")).unwrap();
+    store.append(&[said("c", 0, "start")]).unwrap();
     let barrier = Arc::new(std::sync::Barrier::new(
         CONDITIONAL_THREADS + UNCONDITIONAL_THREADS,
     ));
@@ -175,7 +205,10 @@ fn racing_appenders_never_slip_between_a_check_and_its_append() {
                 let version = store.conversation("c").unwrap().last_lsn();
                 // The text carries the version it expects.
                 let event = said("c", 0, &format!("after {version} by {thread}"));
-                match store.append_if(vec![event], Expect::conversation("c", version)) {
+                match store.append_with(
+                    &[event],
+                    AppendOptions::new().expect(Expect::conversation("c", version)),
+                ) {
                     Ok(lsns) => won.push((lsns.start, version)),
                     Err(Error::Conflict {
                         expected, actual, ..
@@ -195,7 +228,7 @@ fn racing_appenders_never_slip_between_a_check_and_its_append() {
             barrier.wait();
             for index in 0..APPENDS_PER_THREAD {
                 store
-                    .append_one(said("c", 0, &format!("plain {index}")))
+                    .append(&[said("c", 0, &format!("plain {index}"))])
                     .unwrap();
             }
             Vec::new()
@@ -372,12 +405,15 @@ fn an_unconditional_append_waits_for_a_conditional_check_in_progress() {
     let dir = tempfile::tempdir().unwrap();
     let pause = Arc::new(Pause::default());
     let store = Arc::new(Store::open(dir.path(), pausing_options(&pause)).unwrap());
-    store.append_one(said("c", 0, "start")).unwrap();
+    store.append(&[said("c", 0, "start")]).unwrap();
     pause.arm(Operation::Read);
     let conditional = {
         let store = Arc::clone(&store);
         std::thread::spawn(move || {
-            store.append_if(vec![said("c", 1, "checked")], Expect::conversation("c", 1))
+            store.append_with(
+                &[said("c", 1, "checked")],
+                AppendOptions::new().expect(Expect::conversation("c", 1)),
+            )
         })
     };
     pause.wait_until_paused();
@@ -385,7 +421,7 @@ fn an_unconditional_append_waits_for_a_conditional_check_in_progress() {
     let plain = {
         let store = Arc::clone(&store);
         std::thread::spawn(move || {
-            let result = store.append_one(said("c", 2, "plain"));
+            let result = store.append(&[said("c", 2, "plain")]);
             done.send(()).unwrap();
             result
         })
@@ -394,7 +430,7 @@ fn an_unconditional_append_waits_for_a_conditional_check_in_progress() {
     let _ = finished.recv_timeout(HELD_BACK_WAIT);
     pause.release();
     assert_eq!(conditional.join().unwrap().unwrap(), 2..3);
-    assert_eq!(plain.join().unwrap().unwrap(), 3);
+    assert_eq!(plain.join().unwrap().unwrap(), 3..4);
 }
 
 /// An unconditional append stopped while its frame is written (its LSN
@@ -405,26 +441,28 @@ fn a_conditional_append_sees_an_append_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     let pause = Arc::new(Pause::default());
     let store = Arc::new(Store::open(dir.path(), pausing_options(&pause)).unwrap());
-    store.append_one(said("c", 0, "start")).unwrap();
+    store.append(&[said("c", 0, "start")]).unwrap();
     pause.arm(Operation::Write);
     let plain = {
         let store = Arc::clone(&store);
-        std::thread::spawn(move || store.append_one(said("c", 1, "plain")))
+        std::thread::spawn(move || store.append(&[said("c", 1, "plain")]))
     };
     pause.wait_until_paused();
     let (done, finished) = mpsc::channel();
     let conditional = {
         let store = Arc::clone(&store);
         std::thread::spawn(move || {
-            let result =
-                store.append_if(vec![said("c", 2, "checked")], Expect::conversation("c", 1));
+            let result = store.append_with(
+                &[said("c", 2, "checked")],
+                AppendOptions::new().expect(Expect::conversation("c", 1)),
+            );
             done.send(()).unwrap();
             result
         })
     };
     let _ = finished.recv_timeout(HELD_BACK_WAIT);
     pause.release();
-    assert_eq!(plain.join().unwrap().unwrap(), 2);
+    assert_eq!(plain.join().unwrap().unwrap(), 2..3);
     assert_eq!(
         conflict(conditional.join().unwrap()),
         (Some("c".to_string()), 1, 2)
@@ -462,7 +500,7 @@ fn two_message_controls_never_answer_one_call_twice() {
         ended_at: None,
         error: None,
     }];
-    store.append_one(call.recorded_in("ctx")).unwrap();
+    store.append(&[call.recorded_in("ctx")]).unwrap();
 
     pause.arm(Operation::Read);
     let racing = {

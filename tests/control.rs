@@ -11,9 +11,9 @@ use convlog::control::{
     STEERING_METADATA,
 };
 use convlog::history::SlidingWindow;
+use convlog::log::LogReader;
 use convlog::model::{ConversationEntry, Event, Role, ToolCall, ToolStatus};
 use convlog::store::{Store, StoreBuilder};
-use convlog::LogReader;
 use serde_json::json;
 
 const NOT_OWNER: &str = "Context does not belong to user";
@@ -314,10 +314,7 @@ fn a_response_may_answer_a_call_the_conversation_left_open() {
         ended_at: None,
         error: None,
     }];
-    control
-        .store()
-        .append(vec![call.recorded_in("ctx")])
-        .unwrap();
+    control.store().append(&[call.recorded_in("ctx")]).unwrap();
 
     let applied = control
         .add_messages(
@@ -362,10 +359,7 @@ fn concurrent_responses_to_one_open_call_are_serialized() {
         ended_at: None,
         error: None,
     }];
-    control
-        .store()
-        .append(vec![call.recorded_in("ctx")])
-        .unwrap();
+    control.store().append(&[call.recorded_in("ctx")]).unwrap();
     let threads: Vec<_> = (0..8)
         .map(|thread| {
             let control = Arc::clone(&control);

@@ -646,10 +646,9 @@ impl Sim {
         let payloads = &self.model.attempts[id].payloads;
         let log = self.log();
         let result = if batch {
-            log.append_batch_with(payloads, durability)
+            log.append_with(payloads, durability)
         } else {
-            log.append_with(&payloads[0], durability)
-                .map(|lsn| lsn..lsn + 1)
+            log.append_with(&payloads[..1], durability)
         };
         trace(format!(
             "  append {} x{count} ({} bytes) -> {:?}",
@@ -840,7 +839,7 @@ impl Sim {
                         match op {
                             ThreadOp::Append(id) => {
                                 let (payloads, durability) = &work[id];
-                                let report = match log.append_batch_with(payloads, *durability) {
+                                let report = match log.append_with(payloads, *durability) {
                                     Ok(lsns) => Report::Acked(id, lsns.start),
                                     Err(error) => Report::Refused(id, error),
                                 };
@@ -1183,7 +1182,7 @@ fn a_failed_fsync_of_a_new_store_directory_is_retried() {
     assert!(error.to_string().contains("fsync parent"), "{error}");
     let log = Log::open(STORE, options).unwrap();
     for index in 0..10u8 {
-        log.append_with(&[index; 100], Durability::Sync).unwrap();
+        log.append_with(&[[index; 100]], Durability::Sync).unwrap();
     }
     survives_power_losses(&storage, 10, "after a failed parent fsync");
     drop(log);
@@ -1203,7 +1202,7 @@ fn a_new_store_in_new_parent_directories_survives_a_power_loss() {
     };
     let log = Log::open(STORE, options).unwrap();
     for index in 0..10u8 {
-        log.append_with(&[index; 100], Durability::Sync).unwrap();
+        log.append_with(&[[index; 100]], Durability::Sync).unwrap();
     }
     survives_power_losses(&storage, 10, "in new parent directories");
     drop(log);
@@ -1223,7 +1222,7 @@ fn a_new_store_directory_survives_a_power_loss() {
     };
     let log = Log::open(STORE, options).unwrap();
     for index in 0..10u8 {
-        log.append_with(&[index; 100], Durability::Sync).unwrap();
+        log.append_with(&[[index; 100]], Durability::Sync).unwrap();
     }
     survives_power_losses(&storage, 10, "in a durable parent");
     drop(log);
@@ -1250,15 +1249,15 @@ fn a_refused_frame_never_comes_back_from_reused_space() {
         ..LogOptions::default()
     };
     let log = Log::open(STORE, options(&storage)).unwrap();
-    log.append_with(b"durable", Durability::Sync).unwrap();
+    log.append_with(&[b"durable"], Durability::Sync).unwrap();
     storage.inject(Fault::FsyncEio { nth: 1 });
     let refused = [b'r'; 40];
-    let error = log.append_with(&refused, Durability::Group).unwrap_err();
+    let error = log.append_with(&[refused], Durability::Group).unwrap_err();
     assert!(matches!(error, Error::Poisoned { .. }), "{error}");
     drop(log);
     let log = Log::open(STORE, options(&storage)).unwrap();
     assert_eq!(log.next_lsn(), 2, "the refused append is gone");
-    log.append_with(&[b'n'; 200], Durability::None).unwrap();
+    log.append_with(&[[b'n'; 200]], Durability::None).unwrap();
 
     let mut resurrected = Vec::new();
     for seed in 0..256 {

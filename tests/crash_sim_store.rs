@@ -75,7 +75,7 @@ use convlog::model::{
 use convlog::reducer::Reducer;
 use convlog::storage::sim::{Fault, SimStorage};
 use convlog::storage::Storage;
-use convlog::store::{snapshot, Retention, Store, StoreBuilder, StoreOptions};
+use convlog::store::{snapshot, AppendOptions, Retention, Store, StoreBuilder, StoreOptions};
 use convlog::Error;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -1292,7 +1292,7 @@ impl Sim {
     }
 
     /// Appends a batch of `count` new events through one of the append
-    /// calls (`api` 0: `append_one`, 1: `append`, else `append_with`).
+    /// calls (`api` 0: one event, 1: `append`, else `append_with`).
     fn append(&mut self, count: u64, durability: Durability, api: u64) -> Check {
         let events = self.events.batch(&mut self.rng, count);
         let store = self.store();
@@ -1301,12 +1301,12 @@ impl Sim {
         let fired = self.fired();
         let description = kinds(&events);
         let (result, durability) = match api {
-            0 if count == 1 => (
-                store.append_one(events[0].clone()).map(|lsn| lsn..lsn + 1),
-                Durability::Group,
+            0 if count == 1 => (store.append(&events[..1]), Durability::Group),
+            1 => (store.append(&events), Durability::Group),
+            _ => (
+                store.append_with(&events, AppendOptions::new().durability(durability)),
+                durability,
             ),
-            1 => (store.append(events.clone()), Durability::Group),
-            _ => (store.append_with(events.clone(), durability), durability),
         };
         // An automatic snapshot the append asked for runs on the store's
         // background thread: let it finish before anything else touches
@@ -2072,7 +2072,9 @@ fn fill(store: &Store, events: &mut EventGen, count: usize) {
     for _ in 0..count {
         let entry = events.entry(0, Role::User, Some("words ".repeat(30)));
         let event = events.recorded(0, entry);
-        store.append_with(vec![event], Durability::Sync).unwrap();
+        store
+            .append_with(&[event], AppendOptions::new().durability(Durability::Sync))
+            .unwrap();
     }
 }
 
@@ -2194,9 +2196,9 @@ fn recovery_after_a_poisoned_writer_fsyncs_the_segment_it_seals() {
     };
     let log = Log::open(STORE, options(&storage)).unwrap();
     for index in 0..5u8 {
-        log.append_with(&[index; 100], Durability::Sync).unwrap();
+        log.append_with(&[[index; 100]], Durability::Sync).unwrap();
     }
-    log.append_with(&[9; 100], Durability::None).unwrap();
+    log.append_with(&[[9; 100]], Durability::None).unwrap();
     // The fsync fails (operation 1), the marker is created, fsynced and its
     // directory fsynced (2-4); the truncation never happens.
     storage.inject(Fault::FsyncEio { nth: 1 });
@@ -2250,7 +2252,7 @@ fn an_append_whose_automatic_snapshot_fails_reports_its_lsns() {
     storage.inject(Fault::CreateEio { nth: 1 });
     let entry = events.entry(0, Role::User, Some("the third".to_string()));
     let event = events.recorded(0, entry);
-    let result = store.append_with(vec![event], Durability::Sync);
+    let result = store.append_with(&[event], AppendOptions::new().durability(Durability::Sync));
     assert_eq!(store.log().next_lsn(), 4, "the batch is in the log");
     assert_eq!(
         store.slice::<TallyReducer>().unwrap().events,

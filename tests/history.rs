@@ -10,10 +10,10 @@ use convlog::history::{
     HistoryManager, Passthrough, SlidingWindow, SummaryPlaceholder, TokenBudget, TokenEstimator,
     ToolPruning, ToolResultTruncator, DEFAULT_TRUNCATION_SUFFIX,
 };
+use convlog::log::LogReader;
 use convlog::model::{ConversationEntry, Event, Role, Timestamp, ToolCall, ToolStatus};
 use convlog::provider::{self, Provider, RenderOptions};
 use convlog::store::{Store, StoreOptions};
-use convlog::LogReader;
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------- builders
@@ -629,11 +629,11 @@ fn curation_is_recorded_and_the_full_history_is_untouched() {
     let history = batch_history();
     store
         .append(
-            history
+            &history
                 .iter()
                 .cloned()
                 .map(|entry| entry.recorded_in("c"))
-                .collect(),
+                .collect::<Vec<_>>(),
         )
         .unwrap();
     let curation = curate_conversation(&store, "c", &SlidingWindow::new(1)).unwrap();

@@ -54,7 +54,7 @@ fn run_appender() {
                     } else {
                         Durability::Sync
                     };
-                    let lsns = log.append_batch_with(&payloads, durability).unwrap();
+                    let lsns = log.append_with(&payloads, durability).unwrap();
                     let mut stdout = std::io::stdout().lock();
                     writeln!(stdout, "ACK {} {batch} {size}", lsns.start).unwrap();
                     stdout.flush().unwrap();
@@ -223,7 +223,7 @@ fn a_reader_in_another_process_follows_a_writer() {
     }
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), common::small_segments()).unwrap();
-    log.append(b"before the reader started").unwrap();
+    log.append(&[b"before the reader started"]).unwrap();
     let count = 300u64;
     let mut child = spawn_role(
         "a_reader_in_another_process_follows_a_writer",
@@ -241,12 +241,10 @@ fn a_reader_in_another_process_follows_a_writer() {
         }
     }
     for index in 1..count {
-        log.append(
-            format!("event {index}")
-                .repeat(1 + index as usize % 20)
-                .as_bytes(),
-        )
-        .unwrap();
+        log.append(&[format!("event {index}")
+            .repeat(1 + index as usize % 20)
+            .as_bytes()])
+            .unwrap();
         if index % 50 == 0 {
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -284,7 +282,7 @@ fn a_second_writer_in_another_process_gets_locked() {
     }
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-    log.append(b"held").unwrap();
+    log.append(&[b"held"]).unwrap();
     let run_child = || {
         let child = spawn_role(
             "a_second_writer_in_another_process_gets_locked",

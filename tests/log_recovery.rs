@@ -22,7 +22,7 @@ fn payload(index: usize) -> Vec<u8> {
 fn write_frames(dir: &Path, count: usize, durability: Durability) -> Vec<u64> {
     let log = Log::open(dir, LogOptions::default()).unwrap();
     for index in 0..count {
-        log.append_with(&payload(index), durability).unwrap();
+        log.append_with(&[payload(index)], durability).unwrap();
     }
     drop(log);
     let records = read_all(dir);
@@ -108,7 +108,7 @@ fn appends_after_a_cut_tail_continue_the_lsn_sequence() {
         .set_len(frame_ends[2] - 3)
         .unwrap();
     let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-    assert_eq!(log.append(b"after the crash").unwrap(), 3);
+    assert_eq!(log.append(&[b"after the crash"]).unwrap(), 3..4);
     drop(log);
     let records = read_all(dir.path());
     assert_eq!(
@@ -130,7 +130,7 @@ fn a_flipped_bit_in_a_sealed_segment_fails_open_with_segment_and_offset() {
     {
         let log = Log::open(dir.path(), small_segments()).unwrap();
         for index in 0..300 {
-            log.append(&payload(index)).unwrap();
+            log.append(&[payload(index)]).unwrap();
         }
     }
     let records = read_all(dir.path());
@@ -212,7 +212,7 @@ fn a_flipped_bit_in_a_sealed_segment_fails_open_with_segment_and_offset() {
     assert_eq!(log.next_lsn(), damaged.lsn);
     let kept: Vec<_> = log.iter_from(1).map(|record| record.unwrap()).collect();
     assert_eq!(kept, records[..(damaged.lsn - 1) as usize].to_vec());
-    log.append(b"after salvage").unwrap();
+    log.append(&[b"after salvage"]).unwrap();
     drop(log);
     assert_eq!(
         convlog::log::verify(dir.path()).unwrap().events,
@@ -304,7 +304,7 @@ fn a_stale_frame_from_reused_space_is_not_taken_for_a_new_record() {
         .unwrap();
     {
         let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-        log.append(b"new three").unwrap();
+        log.append(&[b"new three"]).unwrap();
     }
     let stale_frame = &old[frame_ends[2] as usize..frame_ends[3] as usize];
     OpenOptions::new()
@@ -340,7 +340,7 @@ fn a_missing_middle_segment_is_corruption() {
     {
         let log = Log::open(dir.path(), small_segments()).unwrap();
         for index in 0..300 {
-            log.append(&payload(index)).unwrap();
+            log.append(&[payload(index)]).unwrap();
         }
     }
     let segments = segment_paths(dir.path());
@@ -395,7 +395,7 @@ proptest! {
         {
             let log = Log::open(dir.path(), small_segments()).unwrap();
             for batch in &batches {
-                log.append_batch_with(batch, Durability::None).unwrap();
+                log.append_with(batch, Durability::None).unwrap();
             }
         }
         let records = read_all(dir.path());

@@ -28,12 +28,13 @@ fn concurrent_appends(options: LogOptions, threads: usize, per_thread: usize) {
                     let payload = format!("thread {thread} event {index} ").repeat(1 + index % 5);
                     if index % 7 == 0 {
                         let batch = [payload.clone(), format!("{payload} second")];
-                        let lsns = log.append_batch(&batch).unwrap();
+                        let lsns = log.append(&batch).unwrap();
                         assert_eq!(lsns.end - lsns.start, 2);
                         acknowledged.push((lsns.start, batch[0].clone()));
                         acknowledged.push((lsns.start + 1, batch[1].clone()));
                     } else {
-                        acknowledged.push((log.append(payload.as_bytes()).unwrap(), payload));
+                        acknowledged
+                            .push((log.append(&[payload.as_bytes()]).unwrap().start, payload));
                     }
                 }
                 acknowledged
@@ -232,7 +233,7 @@ fn group_commit_shares_fsyncs_between_concurrent_appenders() {
     gate.set_armed(true);
     let append = |log: &Arc<Log>| {
         let log = Arc::clone(log);
-        std::thread::spawn(move || log.append(&[7u8; 300]).unwrap())
+        std::thread::spawn(move || log.append(&[[7u8; 300]]).unwrap().start)
     };
     let mut threads = vec![append(&log)];
     // The first appender is now inside its fsync, held at the gate.
@@ -278,10 +279,10 @@ fn a_second_writer_in_the_same_process_gets_locked() {
 fn limits_are_checked_before_anything_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-    log.append(b"kept").unwrap();
+    log.append(&[b"kept"]).unwrap();
 
     let too_big = vec![0u8; EVENT_BYTES_MAX + 1];
-    match log.append(&too_big) {
+    match log.append(&[&too_big]) {
         Err(Error::LimitExceeded {
             constant, actual, ..
         }) => {
@@ -292,27 +293,24 @@ fn limits_are_checked_before_anything_is_written() {
     }
     let too_many = vec![b"x".as_slice(); BATCH_EVENTS_MAX + 1];
     assert!(matches!(
-        log.append_batch(&too_many),
+        log.append(&too_many),
         Err(Error::LimitExceeded {
             constant: "BATCH_EVENTS_MAX",
             ..
         })
     ));
     let empty: [&[u8]; 0] = [];
-    assert!(matches!(
-        log.append_batch(&empty),
-        Err(Error::InvalidArgument(_))
-    ));
+    assert!(matches!(log.append(&empty), Err(Error::InvalidArgument(_))));
     let five_big = vec![vec![0u8; EVENT_BYTES_MAX]; 5];
     assert!(matches!(
-        log.append_batch(&five_big),
+        log.append(&five_big),
         Err(Error::LimitExceeded {
             constant: "BATCH_BYTES_MAX",
             ..
         })
     ));
     assert!(!log.is_poisoned(), "bad input does not poison the writer");
-    assert_eq!(log.append(b"still fine").unwrap(), 2);
+    assert_eq!(log.append(&[b"still fine"]).unwrap(), 2..3);
     drop(log);
     let payloads: Vec<_> = read_all(dir.path())
         .into_iter()
@@ -332,10 +330,10 @@ fn limits_are_checked_before_anything_is_written() {
 fn a_frame_larger_than_a_segment_gets_a_segment_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), small_segments()).unwrap();
-    log.append(b"small").unwrap();
+    log.append(&[b"small"]).unwrap();
     let big = vec![42u8; 20_000];
-    log.append(&big).unwrap();
-    log.append(b"small again").unwrap();
+    log.append(&[&big]).unwrap();
+    log.append(&[b"small again"]).unwrap();
     drop(log);
     let records = read_all(dir.path());
     assert_eq!(records[1].payload, big);
@@ -351,10 +349,10 @@ fn periodic_and_none_appends_become_durable_on_sync_and_on_close() {
     };
     let log = Log::open(dir.path(), options).unwrap();
     assert_eq!(log.periodic_sync_interval(), Some(Duration::from_millis(5)));
-    let lsn = log.append(b"periodic").unwrap();
+    let lsn = log.append(&[b"periodic"]).unwrap().start;
     // The background thread syncs it, however long a loaded machine takes.
     wait_until_durable(&log, lsn);
-    let none = log.append_with(b"none", Durability::None).unwrap();
+    let none = log.append_with(&[b"none"], Durability::None).unwrap().start;
     assert!(
         log.durable_lsn() <= none,
         "a None append is acknowledged before it is durable"
@@ -375,11 +373,15 @@ fn wait_until_durable(log: &Log, lsn: u64) {
 fn a_periodic_append_on_a_log_with_another_default_is_synced_by_the_thread() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-    log.append(b"group").unwrap();
+    log.append(&[b"group"]).unwrap();
     let syncs = log.writer_stats().syncs;
     let lsn = log
-        .append_with(b"periodic", Durability::Periodic(Duration::from_millis(1)))
-        .unwrap();
+        .append_with(
+            &[b"periodic"],
+            Durability::Periodic(Duration::from_millis(1)),
+        )
+        .unwrap()
+        .start;
     wait_until_durable(&log, lsn);
     assert!(log.writer_stats().syncs > syncs);
 }
@@ -388,19 +390,19 @@ fn a_periodic_append_on_a_log_with_another_default_is_synced_by_the_thread() {
 fn the_periodic_thread_starts_at_the_first_periodic_append_and_runs_at_the_shortest_interval() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-    log.append_with(b"none", Durability::None).unwrap();
+    log.append_with(&[b"none"], Durability::None).unwrap();
     assert_eq!(log.periodic_sync_interval(), None);
     let hour = Duration::from_secs(3600);
-    log.append_with(b"hourly", Durability::Periodic(hour))
+    log.append_with(&[b"hourly"], Durability::Periodic(hour))
         .unwrap();
     assert_eq!(log.periodic_sync_interval(), Some(hour));
     // A longer interval does not slow it down ...
-    log.append_with(b"daily", Durability::Periodic(24 * hour))
+    log.append_with(&[b"daily"], Durability::Periodic(24 * hour))
         .unwrap();
     assert_eq!(log.periodic_sync_interval(), Some(hour));
     // ... a shorter one speeds it up at once, even mid-wait.
     let lsn = log
-        .append_batch_with(
+        .append_with(
             &[b"often".as_slice()],
             Durability::Periodic(Duration::from_millis(1)),
         )
@@ -414,8 +416,8 @@ fn the_periodic_thread_starts_at_the_first_periodic_append_and_runs_at_the_short
 fn a_periodic_positioned_append_as_the_store_makes_is_synced_by_the_thread() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-    let (lsns, _) = log
-        .append_batch_positioned(
+    let lsns = log
+        .append_with(
             &[b"store event".as_slice()],
             Durability::Periodic(Duration::from_millis(1)),
         )
@@ -429,7 +431,7 @@ fn a_zero_periodic_interval_is_refused_per_append() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), LogOptions::default()).unwrap();
     let error = log
-        .append_with(b"never", Durability::Periodic(Duration::ZERO))
+        .append_with(&[b"never"], Durability::Periodic(Duration::ZERO))
         .unwrap_err();
     assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
     assert_eq!(log.next_lsn(), 1, "nothing was appended");
@@ -536,8 +538,8 @@ fn a_failed_fsync_poisons_the_writer_and_what_it_refused_never_comes_back() {
     let mut acknowledged = Vec::new();
     let failure = loop {
         let payload = format!("event {}", acknowledged.len());
-        match log.append(payload.as_bytes()) {
-            Ok(lsn) => acknowledged.push((lsn, payload)),
+        match log.append(&[payload.as_bytes()]) {
+            Ok(lsns) => acknowledged.push((lsns.start, payload)),
             Err(error) => break error,
         }
     };
@@ -546,7 +548,7 @@ fn a_failed_fsync_poisons_the_writer_and_what_it_refused_never_comes_back() {
     // Never retry and then acknowledge: every later append and sync fails.
     syncs_left.store(u64::MAX, Ordering::SeqCst);
     for _ in 0..3 {
-        match log.append(b"after the failure") {
+        match log.append(&[b"after the failure"]) {
             Err(Error::Poisoned { store, cause }) => {
                 assert_eq!(store, dir.path());
                 assert!(cause.contains("injected EIO"), "{cause}");
@@ -569,7 +571,7 @@ fn a_failed_fsync_poisons_the_writer_and_what_it_refused_never_comes_back() {
         .collect();
     assert_eq!(got, acknowledged);
     assert_eq!(
-        reopened.append(b"after reopen").unwrap(),
+        reopened.append(&[b"after reopen"]).unwrap().start,
         acknowledged.len() as u64 + 1
     );
 }

@@ -91,7 +91,7 @@ fn try_second_writer() {
         Err(other) => format!("ERROR {other}"),
         Ok(log) => {
             // Leave a trace, as the second `convlog append` of the report did.
-            log.append(b"second writer").unwrap();
+            log.append(&[b"second writer"]).unwrap();
             "OPENED".to_string()
         }
     };
@@ -108,14 +108,14 @@ fn removing_the_lock_file_lets_no_second_writer_in_from_another_process() {
     for fate in FATES {
         let dir = tempfile::tempdir().unwrap();
         let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-        log.append(b"held").unwrap();
+        log.append(&[b"held"]).unwrap();
         apply(fate, dir.path());
         assert_eq!(
             second_writer_in_another_process(TEST, dir.path()),
             format!("LOCKED {}", dir.path().display()),
             "{fate:?}"
         );
-        log.append(b"still the only writer").unwrap();
+        log.append(&[b"still the only writer"]).unwrap();
         drop(log);
         let payloads: Vec<Vec<u8>> = read_all(dir.path())
             .into_iter()

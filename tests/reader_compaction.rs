@@ -10,10 +10,11 @@
 
 use std::path::Path;
 
+use convlog::log::Log;
 use convlog::log::{LogReader, Lsn, Record};
 use convlog::model::{ConversationEntry, Role};
 use convlog::store::Retention;
-use convlog::{Error, Log, Store, StoreOptions};
+use convlog::{Error, Store, StoreOptions};
 
 mod common;
 
@@ -46,7 +47,7 @@ fn store_options() -> StoreOptions {
 fn store_with_segments(dir: &Path) -> Store {
     let store = Store::open(dir, store_options()).unwrap();
     for index in 0..EVENTS {
-        store.append_one(entry(index)).unwrap();
+        store.append(&[entry(index)]).unwrap();
     }
     assert!(segment_paths(dir).len() > 4, "small segments roll");
     store
@@ -83,7 +84,7 @@ fn the_writers_reader_keeps_reading_segments_compaction_deletes() {
     {
         let log = Log::open(dir.path(), small_segments()).unwrap();
         for _ in 0..EVENTS {
-            log.append(&[b'x'; 200]).unwrap();
+            log.append(&[[b'x'; 200]]).unwrap();
         }
     }
     // Reopened: no reader of this writer has mapped a segment yet.
@@ -102,7 +103,7 @@ fn the_writers_reader_keeps_reading_segments_compaction_deletes() {
 /// Appends 300-byte events until the log has `segments` segment files.
 fn fill_until_segments(log: &Log, dir: &Path, segments: usize) {
     while segment_paths(dir).len() < segments {
-        log.append(&[b'x'; 300]).unwrap();
+        log.append(&[[b'x'; 300]]).unwrap();
     }
 }
 
@@ -111,7 +112,7 @@ fn a_reader_keeps_reading_its_last_segment_after_it_is_sealed_and_deleted() {
     for writers_reader in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let log = Log::open(dir.path(), small_segments()).unwrap();
-        log.append(b"first").unwrap();
+        log.append(&[b"first"]).unwrap();
         let reader = if writers_reader {
             log.reader()
         } else {
@@ -143,7 +144,7 @@ fn a_reader_keeps_reading_its_last_segment_after_it_is_sealed_and_deleted() {
 fn a_reader_reports_the_gap_when_segments_it_never_held_are_deleted() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), small_segments()).unwrap();
-    log.append(b"first").unwrap();
+    log.append(&[b"first"]).unwrap();
     let reader = LogReader::open(dir.path()).unwrap();
     let mut iter = reader.iter();
     assert_eq!(iter.by_ref().count(), 1);

@@ -10,8 +10,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use convlog::log::Log;
 use convlog::log::{LogOptions, LogReader, Record};
-use convlog::{Durability, Error, Log};
+use convlog::{Durability, Error};
 
 mod common;
 
@@ -28,7 +29,7 @@ fn payload(index: u64) -> Vec<u8> {
 fn store_with_events(dir: &Path, options: LogOptions, durability: Durability) {
     let log = Log::open(dir, options).unwrap();
     for index in 0..EVENTS {
-        log.append_with(&payload(index), durability).unwrap();
+        log.append_with(&[payload(index)], durability).unwrap();
     }
 }
 
@@ -199,7 +200,7 @@ fn the_writers_own_reader_reports_damage_below_the_published_end() {
     let dir = tempfile::tempdir().unwrap();
     let log = Log::open(dir.path(), LogOptions::default()).unwrap();
     for index in 0..EVENTS {
-        log.append(&payload(index)).unwrap();
+        log.append(&[payload(index)]).unwrap();
     }
     let (path, offset) = damage_frame(dir.path(), 100);
     let (good, error) = read_until_error(&log.reader());
@@ -229,7 +230,7 @@ fn a_directory_follower_reads_every_frame_of_a_live_writer_without_false_alarms(
                 } else {
                     Durability::None
                 };
-                log.append_batch_with(&batch, durability).unwrap();
+                log.append_with(&batch, durability).unwrap();
             }
         })
     };

@@ -70,7 +70,7 @@ fn crashed_store(dir: &std::path::Path) -> Store {
         running("e1", "rome"),
         result("e1", 3, 1, "paris").recorded_in("trip"),
     ] {
-        store.append_one(event).unwrap();
+        store.append(&[event]).unwrap();
     }
     store
 }
@@ -115,21 +115,21 @@ fn a_crash_between_two_results_of_a_batch_resumes_only_the_unfinished_calls() {
 
     // Re-run rome (marked as resumed) and oslo, then finish the evaluation.
     store
-        .append_one(state.rerun_event("rome", Timestamp::now()))
+        .append(&[state.rerun_event("rome", Timestamp::now())])
         .unwrap();
     store
-        .append_one(result("e1", 4, 1, "rome").recorded_in("trip"))
+        .append(&[result("e1", 4, 1, "rome").recorded_in("trip")])
         .unwrap();
     store
-        .append_one(state.rerun_event("oslo", Timestamp::now()))
+        .append(&[state.rerun_event("oslo", Timestamp::now())])
         .unwrap();
     store
-        .append_one(result("e1", 5, 1, "oslo").recorded_in("trip"))
+        .append(&[result("e1", 5, 1, "oslo").recorded_in("trip")])
         .unwrap();
     let mut answer = ConversationEntry::new("e1", 6, Role::Assistant, Some("Go to Paris.".into()));
     answer.turn = 2;
     answer.finish_reason = Some("stop".into());
-    store.append_one(answer.recorded_in("trip")).unwrap();
+    store.append(&[answer.recorded_in("trip")]).unwrap();
 
     let done = store.resume("trip", &ResumeOptions::default()).unwrap();
     assert!(done.unfinished_calls.is_empty());
@@ -146,7 +146,7 @@ fn a_crash_between_two_results_of_a_batch_resumes_only_the_unfinished_calls() {
 
 fn common_events(dir: &std::path::Path) -> Vec<Event> {
     drop(Store::open(dir, StoreOptions::default()));
-    convlog::LogReader::open(dir)
+    convlog::log::LogReader::open(dir)
         .unwrap()
         .iter()
         .map(|record| convlog::codec::decode_event(&record.unwrap().payload).unwrap())
@@ -157,9 +157,9 @@ fn common_events(dir: &std::path::Path) -> Vec<Event> {
 fn a_crash_before_any_tool_result_leaves_every_call_unfinished() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
-    store.append_one(system("e1").recorded_in("trip")).unwrap();
+    store.append(&[system("e1").recorded_in("trip")]).unwrap();
     store
-        .append_one(assistant("e1", 1, 1, &["a", "b"]).recorded_in("trip"))
+        .append(&[assistant("e1", 1, 1, &["a", "b"]).recorded_in("trip")])
         .unwrap();
     let state = store.resume("trip", &ResumeOptions::default()).unwrap();
     assert_eq!(state.unfinished_calls.len(), 2);
@@ -172,12 +172,12 @@ fn a_failed_call_is_finished_and_not_run_again() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
     store
-        .append_one(assistant("e1", 1, 1, &["a"]).recorded_in("trip"))
+        .append(&[assistant("e1", 1, 1, &["a"]).recorded_in("trip")])
         .unwrap();
     let mut failed =
         ToolStatusChanged::new("trip", "e1", "a", ToolStatus::Failed, Timestamp::now());
     failed.error = Some("timeout".into());
-    store.append_one(Event::ToolStatus(failed)).unwrap();
+    store.append(&[Event::ToolStatus(failed)]).unwrap();
     let state = store.resume("trip", &ResumeOptions::default()).unwrap();
     assert!(state.unfinished_calls.is_empty());
     assert_eq!(state.finished_calls[0].call.status, ToolStatus::Failed);
@@ -188,9 +188,9 @@ fn a_failed_call_is_finished_and_not_run_again() {
 fn resume_picks_the_latest_evaluation_unless_told_otherwise() {
     let dir = tempfile::tempdir().unwrap();
     let store = crashed_store(dir.path());
-    store.append_one(system("e2").recorded_in("trip")).unwrap();
+    store.append(&[system("e2").recorded_in("trip")]).unwrap();
     store
-        .append_one(user("e2", 1, "And Oslo?").recorded_in("trip"))
+        .append(&[user("e2", 1, "And Oslo?").recorded_in("trip")])
         .unwrap();
     let latest = store.resume("trip", &ResumeOptions::default()).unwrap();
     assert_eq!(latest.evaluation_id, "e2");

@@ -79,22 +79,22 @@ fn a_recorded_conversation_reads_back_folded_and_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
     store
-        .append_one(entry("e1", 0, Role::System, "be brief").recorded_in("c1"))
+        .append(&[entry("e1", 0, Role::System, "be brief").recorded_in("c1")])
         .unwrap();
     store
-        .append_one(entry("e1", 1, Role::User, "weather?").recorded_in("c1"))
+        .append(&[entry("e1", 1, Role::User, "weather?").recorded_in("c1")])
         .unwrap();
     store
-        .append_one(entry("e1", 0, Role::System, "other").recorded_in("c2"))
+        .append(&[entry("e1", 0, Role::System, "other").recorded_in("c2")])
         .unwrap();
     store
-        .append(vec![
+        .append(&[
             assistant("e1", 2, &["a", "b"]).recorded_in("c1"),
             status("c1", "e1", "a", ToolStatus::Running),
         ])
         .unwrap();
     store
-        .append_one(tool_result("e1", 3, "a").recorded_in("c1"))
+        .append(&[tool_result("e1", 3, "a").recorded_in("c1")])
         .unwrap();
 
     let slice = store.conversation("c1").unwrap();
@@ -124,12 +124,12 @@ fn an_invalid_event_rejects_its_whole_batch_and_names_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
     store
-        .append_one(entry("e1", 0, Role::System, "kept").recorded_in("c"))
+        .append(&[entry("e1", 0, Role::System, "kept").recorded_in("c")])
         .unwrap();
     let mut bad = assistant("e1", 1, &["a"]);
     bad.tool_calls[0].call_id = "x".repeat(300);
     let error = store
-        .append(vec![
+        .append(&[
             entry("e1", 2, Role::User, "fine").recorded_in("c"),
             bad.recorded_in("c"),
         ])
@@ -144,7 +144,7 @@ fn an_invalid_event_rejects_its_whole_batch_and_names_the_field() {
     assert!(error.to_string().contains("ID_BYTES_MAX"), "{error}");
     let empty_id = entry("e1", 3, Role::User, "x").recorded_in("");
     assert!(matches!(
-        store.append_one(empty_id),
+        store.append(&[empty_id]),
         Err(Error::InvalidEvent { .. })
     ));
     assert_eq!(
@@ -194,12 +194,12 @@ fn host_reducers_fold_observe_and_survive_snapshots_and_reopens() {
             assert!(slice.values().sum::<u64>() > 0);
             seen.store(lsn, Ordering::SeqCst);
         });
-        store.append(vec![custom(3), custom(4)]).unwrap();
+        store.append(&[custom(3), custom(4)]).unwrap();
         store
-            .append_one(entry("e", 0, Role::User, "hi").recorded_in("c"))
+            .append(&[entry("e", 0, Role::User, "hi").recorded_in("c")])
             .unwrap();
         store.snapshot().unwrap();
-        store.append_one(custom(10)).unwrap();
+        store.append(&[custom(10)]).unwrap();
         let slice = store.slice::<Counter>().unwrap();
         assert_eq!(slice["tokens"], 17);
         assert_eq!(slice["custom"], 3);
@@ -241,10 +241,10 @@ fn a_reducer_missing_from_the_snapshot_is_rebuilt_from_the_log() {
     {
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
         for _ in 0..5 {
-            store.append_one(custom(1)).unwrap();
+            store.append(&[custom(1)]).unwrap();
         }
         store.snapshot().unwrap();
-        store.append_one(custom(1)).unwrap();
+        store.append(&[custom(1)]).unwrap();
     }
     let store = StoreBuilder::new(dir.path())
         .reducer(LateCounter)
@@ -276,10 +276,8 @@ fn open_after_a_snapshot_replays_only_the_tail() {
         let store = Store::open(dir.path(), small_store_options()).unwrap();
         for index in 0..200u64 {
             store
-                .append_one(
-                    entry("e", index, Role::User, &format!("message {index}"))
-                        .recorded_in(&format!("c{}", index % 7)),
-                )
+                .append(&[entry("e", index, Role::User, &format!("message {index}"))
+                    .recorded_in(&format!("c{}", index % 7))])
                 .unwrap();
         }
         let info = store.snapshot().unwrap();
@@ -287,9 +285,9 @@ fn open_after_a_snapshot_replays_only_the_tail() {
         assert_eq!(info.conversations, 7);
         for index in 200..230u64 {
             store
-                .append_one(
-                    entry("e", index, Role::User, "after").recorded_in(&format!("c{}", index % 7)),
-                )
+                .append(&[
+                    entry("e", index, Role::User, "after").recorded_in(&format!("c{}", index % 7))
+                ])
                 .unwrap();
         }
     }
@@ -314,7 +312,7 @@ fn a_damaged_snapshot_is_skipped_for_an_older_one_or_a_full_replay() {
         for round in 0..2u64 {
             for index in 0..20u64 {
                 store
-                    .append_one(entry("e", round * 20 + index, Role::User, "m").recorded_in("c"))
+                    .append(&[entry("e", round * 20 + index, Role::User, "m").recorded_in("c")])
                     .unwrap();
             }
             taken.push(store.snapshot().unwrap());
@@ -352,7 +350,7 @@ fn a_damaged_slice_in_a_snapshot_falls_back_to_the_log() {
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
         for index in 0..10u64 {
             store
-                .append_one(entry("e", index, Role::User, "m").recorded_in("c"))
+                .append(&[entry("e", index, Role::User, "m").recorded_in("c")])
                 .unwrap();
         }
         store.snapshot().unwrap()
@@ -376,10 +374,8 @@ fn compaction_deletes_only_what_a_snapshot_covers_and_only_when_allowed() {
     let fill = |store: &Store, from: u64, to: u64| {
         for index in from..to {
             store
-                .append_one(
-                    entry("e", index, Role::User, &"words ".repeat(20))
-                        .recorded_in(&format!("c{}", index % 3)),
-                )
+                .append(&[entry("e", index, Role::User, &"words ".repeat(20))
+                    .recorded_in(&format!("c{}", index % 3))])
                 .unwrap();
         }
     };
@@ -446,7 +442,7 @@ fn automatic_snapshots_every_n_events() {
     let store = Store::open(dir.path(), options.clone()).unwrap();
     for index in 0..120u64 {
         store
-            .append_one(entry("e", index, Role::User, "m").recorded_in("c"))
+            .append(&[entry("e", index, Role::User, "m").recorded_in("c")])
             .unwrap();
     }
     // Written by the store's background thread: the crossing append asked
@@ -476,13 +472,13 @@ fn a_crash_while_writing_a_snapshot_leaves_the_store_usable() {
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
         for index in 0..5u64 {
             store
-                .append_one(entry("e", index, Role::User, "m").recorded_in("c"))
+                .append(&[entry("e", index, Role::User, "m").recorded_in("c")])
                 .unwrap();
         }
         let older = store.snapshot().unwrap();
         for index in 5..10u64 {
             store
-                .append_one(entry("e", index, Role::User, "m").recorded_in("c"))
+                .append(&[entry("e", index, Role::User, "m").recorded_in("c")])
                 .unwrap();
         }
         (older, store.snapshot().unwrap())
@@ -643,7 +639,7 @@ proptest! {
                     continue;
                 }
             };
-            store.append_one(event.clone()).unwrap();
+            store.append(std::slice::from_ref(&event)).unwrap();
             recorded.push(event);
         }
         for index in 0..3u8 {
@@ -679,9 +675,7 @@ fn concurrent_appenders_to_one_conversation_read_back_every_entry() {
                 for index in 0..50u64 {
                     let evaluation = format!("eval-{thread}");
                     store
-                        .append_one(
-                            entry(&evaluation, index, Role::User, "m").recorded_in("shared"),
-                        )
+                        .append(&[entry(&evaluation, index, Role::User, "m").recorded_in("shared")])
                         .unwrap();
                 }
             })

@@ -90,7 +90,7 @@ fn the_option_creates_the_store_among_other_files() {
         ..LogOptions::default()
     };
     let log = Log::open(dir.path(), options).unwrap();
-    log.append(b"kept").unwrap();
+    log.append(&[b"kept"]).unwrap();
     drop(log);
     // Now it is a store: it opens without the option, the file untouched.
     let log = Log::open(dir.path(), LogOptions::default()).unwrap();
@@ -113,7 +113,7 @@ fn missing_and_empty_directories_and_existing_stores_open() {
     // A store someone dropped a file into still opens, events intact.
     let store = tempfile::tempdir().unwrap();
     let log = Log::open(store.path(), LogOptions::default()).unwrap();
-    log.append(b"one").unwrap();
+    log.append(&[b"one"]).unwrap();
     drop(log);
     std::fs::write(store.path().join("README"), b"do not touch").unwrap();
     assert_eq!(

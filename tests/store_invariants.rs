@@ -16,7 +16,7 @@ use convlog::model::{ConversationEntry, CustomEvent, Event, Role, Timestamp};
 use convlog::reducer::Reducer;
 use convlog::storage::sim::{Fault, SimStorage};
 use convlog::storage::Storage;
-use convlog::store::{Store, StoreBuilder, StoreOptions};
+use convlog::store::{AppendOptions, Store, StoreBuilder, StoreOptions};
 use convlog::Error;
 use serde::{Deserialize, Serialize};
 
@@ -76,7 +76,7 @@ impl Reducer for Count {
 fn the_log_view_reads_what_the_store_appended() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
-    store.append(vec![entry("c", 1), entry("c", 2)]).unwrap();
+    store.append(&[entry("c", 1), entry("c", 2)]).unwrap();
     let log = store.log();
     assert_eq!((log.first_lsn(), log.next_lsn()), (1, 3));
     assert_eq!(log.durable_lsn(), 3);
@@ -97,16 +97,16 @@ fn a_panicking_reducer_poisons_the_store_with_its_name() {
         .reducer(Bomb)
         .open()
         .unwrap();
-    store.append_one(entry("c", 1)).unwrap();
+    store.append(&[entry("c", 1)]).unwrap();
     // The batch is committed before the reducer folds it: the append reports
     // its LSN (a retry would record it twice).
-    let lsn = store.append_one(custom("boom")).unwrap();
-    assert_eq!(lsn, 2);
+    let lsns = store.append(&[custom("boom")]).unwrap();
+    assert_eq!(lsns, 2..3);
     let named = |error: &Error| {
         matches!(error, Error::ReducerPanicked { reducer, observer: false, lsn: 2, message }
             if reducer == "bomb/v1" && message.contains("cannot fold a boom"))
     };
-    let refused = store.append_one(entry("c", 2)).unwrap_err();
+    let refused = store.append(&[entry("c", 2)]).unwrap_err();
     assert!(named(&refused), "{refused}");
     assert!(refused.to_string().contains("bomb/v1"), "{refused}");
     let unserved = store.slice::<Count>().unwrap_err();
@@ -138,9 +138,9 @@ fn a_panicking_observer_poisons_the_store_with_its_reducers_name() {
             panic!("the observer cannot take a boom");
         }
     });
-    store.append_one(custom("fine")).unwrap();
-    store.append_one(custom("boom")).unwrap();
-    let refused = store.append_one(custom("fine")).unwrap_err();
+    store.append(&[custom("fine")]).unwrap();
+    store.append(&[custom("boom")]).unwrap();
+    let refused = store.append(&[custom("fine")]).unwrap_err();
     assert!(
         matches!(&refused, Error::ReducerPanicked { reducer, observer: true, lsn: 2, message }
             if reducer == "count/v1" && message.contains("cannot take a boom")),
@@ -182,12 +182,15 @@ fn what_a_failed_fsync_takes_back_the_index_and_host_slices_forget() {
         .open()
         .unwrap();
     store
-        .append_with(vec![entry("kept", 1), entry("both", 1)], Durability::Sync)
+        .append_with(
+            &[entry("kept", 1), entry("both", 1)],
+            AppendOptions::new().durability(Durability::Sync),
+        )
         .unwrap();
     let taken = store
         .append_with(
-            vec![entry("both", 2), entry("only-taken-back", 1)],
-            Durability::None,
+            &[entry("both", 2), entry("only-taken-back", 1)],
+            AppendOptions::new().durability(Durability::None),
         )
         .unwrap();
     assert_eq!(taken, 3..5);
@@ -235,11 +238,17 @@ fn host_slices_stay_served_when_the_take_back_spares_them() {
         .open()
         .unwrap();
     store
-        .append_with(vec![entry("c", 1)], Durability::Sync)
+        .append_with(
+            &[entry("c", 1)],
+            AppendOptions::new().durability(Durability::Sync),
+        )
         .unwrap();
     storage.inject(Fault::FsyncEio { nth: 1 });
     assert!(store
-        .append_with(vec![entry("c", 2)], Durability::Sync)
+        .append_with(
+            &[entry("c", 2)],
+            AppendOptions::new().durability(Durability::Sync)
+        )
         .is_err());
     assert_eq!(store.slice::<Count>().unwrap(), 1);
     assert_eq!(store.conversation("c").unwrap().len(), 1);
@@ -319,7 +328,7 @@ fn an_append_crossing_the_snapshot_threshold_does_not_wait_for_the_snapshot() {
         .open()
         .unwrap();
     for sequence in 1..=3 {
-        store.append_one(entry("c", sequence)).unwrap();
+        store.append(&[entry("c", sequence)]).unwrap();
     }
     assert!(
         !GATE.lock().unwrap().on_appender_thread,
@@ -334,7 +343,7 @@ fn an_append_crossing_the_snapshot_threshold_does_not_wait_for_the_snapshot() {
     }
     // Appends go on (crossing the threshold again) while it is blocked.
     for sequence in 4..=8 {
-        store.append_one(entry("c", sequence)).unwrap();
+        store.append(&[entry("c", sequence)]).unwrap();
     }
     assert_eq!(
         store.stats().snapshot_lsn,
@@ -373,16 +382,16 @@ fn a_failed_automatic_snapshot_is_reported_and_the_append_is_not() {
         .reducer(Count)
         .open()
         .unwrap();
-    store.append_one(entry("c", 1)).unwrap();
+    store.append(&[entry("c", 1)]).unwrap();
     storage.inject(Fault::CreateEio { nth: 1 });
-    store.append_one(entry("c", 2)).unwrap();
+    store.append(&[entry("c", 2)]).unwrap();
     store.wait_for_snapshots();
     let error = store.last_snapshot_error().expect("the snapshot failed");
     assert!(error.contains("snap"), "{error}");
     assert_eq!(store.automatic_snapshots(), (0, 1));
     assert_eq!(store.stats().snapshot_lsn, None);
     // The next crossing tries again, and a success clears the error.
-    store.append_one(entry("c", 3)).unwrap();
+    store.append(&[entry("c", 3)]).unwrap();
     store.wait_for_snapshots();
     assert_eq!(store.last_snapshot_error(), None);
     assert_eq!(store.automatic_snapshots(), (1, 1));
@@ -411,11 +420,11 @@ fn an_observer_may_read_and_append_to_its_store() {
         };
         record.lock().unwrap().push((lsn, *slice, kind.clone()));
         if kind == "ping" {
-            store.append_one(custom("pong")).unwrap();
+            store.append(&[custom("pong")]).unwrap();
             assert!(store.conversation_ids().is_empty());
         }
     });
-    store.append_one(custom("ping")).unwrap();
+    store.append(&[custom("ping")]).unwrap();
     // The pong the observer appended was observed before this append returned.
     assert_eq!(
         *seen.lock().unwrap(),
@@ -463,7 +472,7 @@ fn observers_see_every_event_in_lsn_order_one_at_a_time() {
             let store = Arc::clone(&store);
             std::thread::spawn(move || {
                 for _ in 0..APPENDS {
-                    store.append(vec![custom("a"), custom("b")]).unwrap();
+                    store.append(&[custom("a"), custom("b")]).unwrap();
                 }
             })
         })

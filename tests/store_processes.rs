@@ -314,7 +314,7 @@ fn run_store_writer() {
                         thread,
                         counter,
                     };
-                    match store.append(batch_events(batch)) {
+                    match store.append(&batch_events(batch)) {
                         Ok(lsns) => {
                             print_line(&format!("ACK {} {cycle} {thread} {counter} .", lsns.start))
                         }

@@ -75,7 +75,7 @@ fn run_writer() {
             ["append", conversation, count] => {
                 for _ in 0..count.parse::<u64>().unwrap() {
                     let sequence = next_sequence.entry(conversation.to_string()).or_insert(0);
-                    store.append_one(said(conversation, *sequence)).unwrap();
+                    store.append(&[said(conversation, *sequence)]).unwrap();
                     *sequence += 1;
                 }
                 format!("OK {}", store.log().next_lsn())
@@ -193,7 +193,7 @@ fn a_read_only_store_follows_a_writer_in_another_process() {
 
     // Nothing that writes.
     for (operation, result) in [
-        ("append", reader.append_one(said("a", 9)).map(|_| ())),
+        ("append", reader.append(&[said("a", 9)]).map(|_| ())),
         ("snapshot", reader.snapshot().map(|_| ())),
         ("compact", reader.compact().map(|_| ())),
         ("sync", reader.sync()),
@@ -255,13 +255,13 @@ fn a_read_only_store_writes_nothing_and_starts_where_the_writer_would() {
             .open()
             .unwrap();
         for sequence in 0..40 {
-            writer.append_one(said("a", sequence)).unwrap();
+            writer.append(&[said("a", sequence)]).unwrap();
         }
         writer.snapshot().unwrap();
         for sequence in 40..45 {
-            writer.append_one(said("a", sequence)).unwrap();
+            writer.append(&[said("a", sequence)]).unwrap();
         }
-        writer.append_one(said("b", 0)).unwrap();
+        writer.append(&[said("b", 0)]).unwrap();
         drop(writer);
         // What a writer's open starts from (then let go of the lock).
         let reopened = StoreBuilder::new(dir.path())
@@ -347,7 +347,7 @@ fn a_read_only_store_reports_what_compaction_took_when_nothing_stands_in() {
     let dir = tempfile::tempdir().unwrap();
     let writer = Store::open(dir.path(), writer_options()).unwrap();
     for sequence in 0..60 {
-        writer.append_one(said("a", sequence)).unwrap();
+        writer.append(&[said("a", sequence)]).unwrap();
     }
     let reader = Store::open_read_only(dir.path(), StoreOptions::default()).unwrap();
     assert_eq!(reader.conversation("a").unwrap().len(), 60);

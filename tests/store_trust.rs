@@ -68,7 +68,7 @@ fn fold_of_log(dir: &Path, conversation_id: &str) -> ConversationSlice {
 fn append(dir: &Path, events: Vec<Event>) {
     let store = Store::open(dir, options()).unwrap();
     for event in events {
-        store.append_one(event).unwrap();
+        store.append(&[event]).unwrap();
     }
 }
 
@@ -404,7 +404,7 @@ fn a_superseded_snapshot_kept_after_compaction_is_not_reported() {
         for round in 0..2u64 {
             for index in 0..150u64 {
                 store
-                    .append_one(said("c", round * 150 + index, "words words"))
+                    .append(&[said("c", round * 150 + index, "words words")])
                     .unwrap();
             }
             store.snapshot().unwrap();
@@ -444,7 +444,7 @@ fn a_compacted_store_whose_snapshot_is_swapped_for_a_stale_one_fails_alike() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path(), compacting()).unwrap();
     for index in 0..150u64 {
-        store.append_one(said("c", index, "words words")).unwrap();
+        store.append(&[said("c", index, "words words")]).unwrap();
     }
     let info = store.snapshot().unwrap();
     let original = std::fs::read(&info.path).unwrap();
@@ -578,7 +578,7 @@ fn rolls_and_fresh_segments_keep_the_identity_and_the_chain() {
         assert!(store.open_report().recovery.torn_tail.is_some());
         // The snapshot sits exactly at the start of the fresh segment.
         store.snapshot().unwrap();
-        store.append_one(said("c", 100, "after")).unwrap();
+        store.append(&[said("c", 100, "after")]).unwrap();
     }
     let verified = convlog::store::verify(dir.path(), &mut |_| {}).unwrap();
     assert!(verified
@@ -611,16 +611,12 @@ fn the_audit_view_of_a_compacted_store_ignores_another_stores_snapshot() {
     {
         let store = Store::open(ours.path(), compacting()).unwrap();
         for index in 0..150u64 {
-            store
-                .append_one(said("ours", index, "words words"))
-                .unwrap();
+            store.append(&[said("ours", index, "words words")]).unwrap();
         }
         store.snapshot().unwrap();
         assert!(!store.compact().unwrap().removed.is_empty());
         for index in 150..200u64 {
-            store
-                .append_one(said("ours", index, "words words"))
-                .unwrap();
+            store.append(&[said("ours", index, "words words")]).unwrap();
         }
     }
     append(

@@ -284,7 +284,7 @@ fn run(plan: &Plan) -> Result<(), TestCaseError> {
     {
         let store = Store::open(dir.path(), options()).unwrap();
         for (index, event) in events.iter().enumerate() {
-            store.append_one(event.clone()).unwrap();
+            store.append(std::slice::from_ref(event)).unwrap();
             let count = index as u64 + 1;
             if count.is_multiple_of(10) {
                 store.sync().unwrap();

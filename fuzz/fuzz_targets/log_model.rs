@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
                     .map(|index| vec![argument.wrapping_add(index as u8); usize::from(argument) * 3])
                     .collect();
                 let durability = if op % 6 == 0 { Durability::Sync } else { Durability::None };
-                let lsns = log.as_ref().expect("open").append_batch_with(&batch, durability).expect("append");
+                let lsns = log.as_ref().expect("open").append_with(&batch, durability).expect("append");
                 assert_eq!(lsns.start as usize, appended.len() + 1);
                 appended.extend(batch);
                 batch_ends.push(appended.len());

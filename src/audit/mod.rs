@@ -31,7 +31,7 @@
 //! let dir = tempfile::tempdir().unwrap();
 //! let store = Store::open(dir.path(), StoreOptions::default())?;
 //! let question = ConversationEntry::new("eval-1", 0, Role::User, Some("Weather in Paris?".into()));
-//! store.append_one(question.recorded_in("ctx_1"))?;
+//! store.append(&[question.recorded_in("ctx_1")])?;
 //!
 //! let timeline = Timeline::from_store(&store, "ctx_1", &TimelineOptions::default())?;
 //! let mut text = Vec::new();

@@ -120,7 +120,7 @@ pub fn tail(
 }
 
 /// [`tail()`] over an open reader: a directory reader, or
-/// [`crate::Log::reader`] in the writer's own process.
+/// [`crate::log::Log::reader`] in the writer's own process.
 pub fn tail_reader(
     reader: &LogReader,
     out: &mut dyn Write,

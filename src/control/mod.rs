@@ -31,7 +31,7 @@
 //!
 //! Validation and append are atomic against every other writer of the
 //! store, not only this `MessageControl`: an add appends with
-//! [`Store::append_if`], expecting the conversation at the version it
+//! [`Store::append_with`] with an [`Expect`], expecting the conversation at the version it
 //! validated against. When another writer (another `MessageControl` on the
 //! same store, or the host appending directly) got there first, the add
 //! reads the conversation again, places and validates its messages again
@@ -59,7 +59,7 @@ use crate::conversation::ConversationSlice;
 use crate::history::{CurationContext, HistoryManager};
 use crate::log::Lsn;
 use crate::model::{ConversationEntry, Event, MessagesReplaced, Role, Timestamp};
-use crate::store::{Expect, Store};
+use crate::store::{AppendOptions, Expect, Store};
 
 pub use contexts::{
     context_created_event, context_visibility_event, ContextInfo, ContextRegistry, ContextsReducer,
@@ -186,7 +186,7 @@ impl MessageControl {
             });
         }
         self.store
-            .append_one(context_created_event(context_id, principal.id(), public))?;
+            .append(&[context_created_event(context_id, principal.id(), public)])?;
         self.authorize(principal, context_id)
     }
 
@@ -211,7 +211,7 @@ impl MessageControl {
         }
         if info.public != public {
             self.store
-                .append_one(context_visibility_event(context_id, public))?;
+                .append(&[context_visibility_event(context_id, public)])?;
         }
         self.authorize(principal, context_id)
     }
@@ -332,10 +332,10 @@ impl MessageControl {
                 .iter()
                 .map(|entry| entry.clone().recorded_in(context_id))
                 .collect();
-            match self
-                .store
-                .append_if(events, Expect::conversation(context_id, version))
-            {
+            match self.store.append_with(
+                &events,
+                AppendOptions::new().expect(Expect::conversation(context_id, version)),
+            ) {
                 Ok(lsns) => return Ok(Applied { lsns, entries }),
                 Err(crate::Error::Conflict { .. }) if retries < CONFLICT_RETRIES_MAX => {
                     retries += 1;
@@ -377,7 +377,7 @@ impl MessageControl {
             entries: entries.clone(),
             at: Timestamp::now(),
         });
-        let lsns = self.store.append(vec![event])?;
+        let lsns = self.store.append(&[event])?;
         Ok(Applied { lsns, entries })
     }
 

@@ -51,13 +51,15 @@ pub fn record_curation(
     original_count: usize,
     curated_count: usize,
 ) -> Result<Lsn> {
-    store.append_one(curated_event(
-        conversation_id,
-        strategy,
-        original_count,
-        curated_count,
-        Timestamp::now(),
-    ))
+    store
+        .append(&[curated_event(
+            conversation_id,
+            strategy,
+            original_count,
+            curated_count,
+            Timestamp::now(),
+        )])
+        .map(|lsns| lsns.start)
 }
 
 /// Curates `entries` (the history of `conversation_id`, or any part of it a

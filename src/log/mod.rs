@@ -1,7 +1,7 @@
 //! The durable segment log: framed, checksummed, group-committed, crash-recovering.
 //!
 //! A store is a directory of segment files named by their first LSN. Each
-//! [`Log::append_batch`] writes one frame: its events get consecutive LSNs,
+//! [`Log::append`] writes one frame: its events get consecutive LSNs,
 //! and after any crash the frame is either wholly there or wholly absent.
 //! `docs/format.md` specifies every byte; `ARCHITECTURE.md` the layers.
 //!
@@ -11,10 +11,10 @@
 //! # fn main() -> convlog::Result<()> {
 //! let dir = tempfile::tempdir().unwrap();
 //! let log = Log::open(dir.path(), LogOptions::default())?;
-//! let lsn = log.append(b"user asked about Paris")?;
-//! let batch = log.append_batch(&[b"call_1 pending".as_slice(), b"call_2 pending"])?;
-//! assert_eq!(batch, lsn + 1..lsn + 3);
-//! log.append_with(b"not urgent", Durability::None)?;
+//! let first = log.append(&[b"user asked about Paris"])?;
+//! let batch = log.append(&[b"call_1 pending".as_slice(), b"call_2 pending"])?;
+//! assert_eq!(batch, first.end..first.end + 2);
+//! log.append_with(&[b"not urgent"], Durability::None)?;
 //! log.sync()?;
 //!
 //! let payloads: Vec<Vec<u8>> = log
@@ -25,10 +25,19 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "testing")]
 pub mod format;
+#[cfg(not(feature = "testing"))]
+pub(crate) mod format;
 mod reader;
+#[cfg(feature = "testing")]
 pub mod recovery;
+#[cfg(not(feature = "testing"))]
+pub(crate) mod recovery;
+#[cfg(feature = "testing")]
 pub mod segment;
+#[cfg(not(feature = "testing"))]
+pub(crate) mod segment;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -42,9 +51,20 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::{Error, Result};
 use crate::storage::{FileSystem, LockGuard, Storage};
 
+pub use format::{
+    BATCH_BYTES_MAX, BATCH_EVENTS_MAX, EVENT_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_LIMIT,
+    SEGMENT_BYTES_MIN,
+};
 pub use reader::{LogIter, LogReader, Position, ReaderOptions, Record};
 pub use recovery::{RecoveryReport, Salvage, TornTail, VerifyReport};
+pub use segment::SegmentFile;
 pub use writer::WriterStats;
+
+/// The segment files of the store at `dir`, in LSN order (read without the
+/// writer's lock).
+pub fn segment_files(dir: impl AsRef<Path>) -> Result<Vec<SegmentFile>> {
+    Ok(segment::list(&FileSystem, dir.as_ref())?.segments)
+}
 
 /// A log sequence number: an event's position in the log. LSNs start at 1
 /// and are gap-free and increasing.
@@ -249,40 +269,29 @@ impl Log {
         Ok(log)
     }
 
-    /// Appends one event with the log's default durability; returns its LSN.
-    pub fn append(&self, payload: &[u8]) -> Result<Lsn> {
-        self.append_with(payload, self.default_durability())
+    /// Appends events as one atomic batch with the log's default
+    /// durability; returns their LSNs (consecutive, gap-free).
+    pub fn append<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<std::ops::Range<Lsn>> {
+        self.append_with(payloads, self.default_durability())
     }
 
-    /// Appends one event with the given durability; returns its LSN.
+    /// Appends events as one atomic batch with the given durability.
     ///
     /// `Durability::Periodic` starts the periodic sync thread if it does not
     /// run yet, or makes it run more often if it runs at a longer interval;
     /// if the thread cannot start, nothing is appended and the error is
     /// returned.
-    pub fn append_with(&self, payload: &[u8], durability: Durability) -> Result<Lsn> {
-        self.prepare(durability)?;
-        Ok(self.writer.append(&[payload], durability)?.0.start)
-    }
-
-    /// Appends events as one atomic batch; returns their LSNs.
-    pub fn append_batch<P: AsRef<[u8]>>(&self, payloads: &[P]) -> Result<std::ops::Range<Lsn>> {
-        Ok(self.writer.append(payloads, self.default_durability())?.0)
-    }
-
-    /// Appends events as one atomic batch with the given durability.
-    pub fn append_batch_with<P: AsRef<[u8]>>(
+    pub fn append_with<P: AsRef<[u8]>>(
         &self,
         payloads: &[P],
         durability: Durability,
     ) -> Result<std::ops::Range<Lsn>> {
-        self.prepare(durability)?;
-        Ok(self.writer.append(payloads, durability)?.0)
+        Ok(self.append_positioned(payloads, durability)?.0)
     }
 
     /// Appends events as one atomic batch; returns their LSNs and where the
     /// frame starts, for an index ([`LogReader::read_frame`] reads it back).
-    pub fn append_batch_positioned<P: AsRef<[u8]>>(
+    pub(crate) fn append_positioned<P: AsRef<[u8]>>(
         &self,
         payloads: &[P],
         durability: Durability,

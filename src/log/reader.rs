@@ -58,6 +58,17 @@ pub struct Record {
     pub payload: Vec<u8>,
 }
 
+impl Record {
+    /// The event a [`Store`](crate::Store) appended as this record's payload;
+    /// [`Error::UndecodableEvent`] (with the LSN) for bytes that are not one.
+    pub fn event(&self) -> Result<crate::model::Event> {
+        crate::codec::decode_event(&self.payload).map_err(|reason| Error::UndecodableEvent {
+            lsn: self.lsn,
+            reason,
+        })
+    }
+}
+
 struct SealedSegment {
     first_lsn: Lsn,
     path: PathBuf,
@@ -520,7 +531,7 @@ impl LogReader {
 
     /// Reads the frame (atomic batch) that starts at `position`, checking its
     /// checksum, and returns its events. Used by indexes: a position comes
-    /// from [`Record::position`] or `Log::append_batch_positioned`.
+    /// from [`Record::position`] or `Log::append_positioned`.
     pub fn read_frame(&self, position: Position) -> Result<Vec<Record>> {
         let found = match &self.source {
             Source::Writer(view) => view.segment(position.segment),
@@ -1271,7 +1282,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = Log::open(dir.path(), LogOptions::default()).unwrap();
         for index in 0..20u32 {
-            log.append_with(&index.to_le_bytes().repeat(8), Durability::Sync)
+            log.append_with(&[index.to_le_bytes().repeat(8)], Durability::Sync)
                 .unwrap();
         }
         drop(log);

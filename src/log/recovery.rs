@@ -66,7 +66,9 @@ pub struct SegmentScan {
     pub chain_crc: u32,
     /// The store identity in the header.
     pub store_id: StoreId,
-    /// The header's link to the log before this segment.
+    /// The header's link to the log before this segment (read by the
+    /// crate's tests and fuzz targets).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub prev_chain: u32,
     /// The chain value of the log at the end of the valid frames: the last
     /// valid frame's checksum, or `prev_chain` if there is none. The next

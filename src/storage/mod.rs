@@ -7,6 +7,7 @@
 //! code knowing the difference.
 
 mod mmap;
+#[cfg(feature = "testing")]
 pub mod sim;
 
 use std::fmt;

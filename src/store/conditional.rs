@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::log::Lsn;
 use crate::model::Event;
 
-/// The version a conditional append ([`Store::append_if`](super::Store::append_if))
+/// The version a conditional append ([`AppendOptions::expect`](super::AppendOptions::expect))
 /// expects; anything else is [`Error::Conflict`] and nothing is appended.
 ///
 /// A conversation's version is the LSN of its last event,

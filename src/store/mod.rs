@@ -13,15 +13,19 @@
 //! ([`Store::compact`]) may then delete the segments a snapshot covers, if
 //! the retention policy allows (the default keeps the whole log for audit).
 //!
-//! [`Store::append_if`] appends only if a conversation (or the store) is
+//! [`Store::append_with`] with an [`Expect`] appends only if a conversation (or the store) is
 //! still at the version the caller read ([`Expect`]), atomically against
 //! every other append. [`Store::open_read_only`] reads a store beside its
 //! writer (another process), following it, without writing anything.
 
+mod append_options;
 pub mod backup;
 mod conditional;
 mod read_only;
+#[cfg(feature = "testing")]
 pub mod snapshot;
+#[cfg(not(feature = "testing"))]
+pub(crate) mod snapshot;
 
 use std::any::TypeId;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -42,6 +46,7 @@ use crate::log::recovery::ChainAt;
 use crate::log::{Durability, Log, LogOptions, LogReader, Lsn, Position, RecoveryReport};
 use crate::model::Event;
 use crate::reducer::{self, AnySlice, ErasedReducer, HostSlot, Observer, Reducer};
+pub use append_options::AppendOptions;
 pub use backup::{backup, BackupReport};
 pub use conditional::Expect;
 use read_only::Backend;
@@ -449,7 +454,7 @@ impl LogView<'_> {
 /// let dir = tempfile::tempdir().unwrap();
 /// let store = Store::open(dir.path(), StoreOptions::default())?;
 /// let question = ConversationEntry::new("eval-1", 1, Role::User, Some("Weather in Oslo?".into()));
-/// store.append_one(question.recorded_in("ctx_123"))?; // durable when it returns
+/// store.append(&[question.recorded_in("ctx_123")])?; // durable when it returns
 ///
 /// let conversation = store.conversation("ctx_123")?; // reads only this conversation
 /// assert_eq!(conversation.len(), 1);
@@ -643,54 +648,54 @@ impl Store {
     /// Appends events as one atomic batch with the store's durability;
     /// returns their LSNs. Every event is validated first: on a bad one
     /// nothing is appended and the error names the event and field.
-    pub fn append(&self, events: Vec<Event>) -> Result<Range<Lsn>> {
-        self.append_with(events, self.log.durability())
-    }
-
-    /// [`Store::append`] with the given durability.
-    pub fn append_with(&self, events: Vec<Event>, durability: Durability) -> Result<Range<Lsn>> {
-        self.append_checked(events, durability, None)
-    }
-
-    /// Appends events as one atomic batch, like [`Store::append`], only if
-    /// the conversation (or the store) is still at the version `expect`
-    /// names; otherwise nothing is appended and the error is
-    /// [`Error::Conflict`], naming the expected and the actual version.
     ///
-    /// The check and the append are atomic against every other append of
-    /// the store, conditional or not: none can come between them. Checking
-    /// a conversation costs a read of it (like [`Store::conversation`]),
-    /// and appends to that conversation wait meanwhile; other
-    /// conversations' appends go on. [`Expect::Store`] waits for every
-    /// append in flight and holds all others until it is written.
+    /// Shorthand for [`Store::append_with`] with [`AppendOptions::new`].
+    pub fn append(&self, events: &[Event]) -> Result<Range<Lsn>> {
+        self.append_with(events, AppendOptions::new())
+    }
+
+    /// Appends events as one atomic batch, like [`Store::append`], with
+    /// per-call settings: a durability other than the store's, and a
+    /// condition ([`Expect`]).
+    ///
+    /// With a condition, the batch is appended only if the conversation
+    /// (or the store) is still at the version it names; otherwise nothing
+    /// is appended and the error is [`Error::Conflict`], naming the
+    /// expected and the actual version. The check and the append are
+    /// atomic against every other append of the store, conditional or not:
+    /// none can come between them. Checking a conversation costs a read of
+    /// it (like [`Store::conversation`]), and appends to that conversation
+    /// wait meanwhile; other conversations' appends go on.
+    /// [`Expect::Store`] waits for every append in flight and holds all
+    /// others until it is written.
     ///
     /// ```
-    /// use convlog::model::{ConversationEntry, Role};
-    /// use convlog::store::Expect;
-    /// use convlog::{Error, Store, StoreOptions};
+    /// use convlog::model::ConversationEntry;
+    /// use convlog::{AppendOptions, Error, Expect, Store, StoreOptions};
     ///
     /// # fn main() -> convlog::Result<()> {
     /// let dir = tempfile::tempdir().unwrap();
     /// let store = Store::open(dir.path(), StoreOptions::default())?;
-    /// let hello = ConversationEntry::new("eval-1", 0, Role::User, Some("Hello".into()));
-    /// store.append_one(hello.recorded_in("ctx"))?;
+    /// store.append(&[ConversationEntry::user("eval-1", 0, "Hello").recorded_in("ctx")])?;
     ///
     /// // Read, decide, append only if nobody appended meanwhile.
     /// let read = store.conversation("ctx")?;
-    /// let answer = ConversationEntry::new("eval-1", 1, Role::Assistant, Some("Hi!".into()));
-    /// store.append_if(vec![answer.recorded_in("ctx")], Expect::conversation("ctx", read.last_lsn()))?;
+    /// let unchanged = || AppendOptions::new().expect(Expect::conversation("ctx", read.last_lsn()));
+    /// let answer = ConversationEntry::assistant("eval-1", 1, "Hi!");
+    /// store.append_with(&[answer.recorded_in("ctx")], unchanged())?;
     ///
     /// // The version read before that append is stale now.
-    /// let late = ConversationEntry::new("eval-1", 1, Role::Assistant, Some("Hey".into()));
-    /// match store.append_if(vec![late.recorded_in("ctx")], Expect::conversation("ctx", read.last_lsn())) {
+    /// let late = ConversationEntry::assistant("eval-1", 1, "Hey");
+    /// match store.append_with(&[late.recorded_in("ctx")], unchanged()) {
     ///     Err(Error::Conflict { expected, actual, .. }) => assert_eq!((expected, actual), (1, 2)),
     ///     other => panic!("expected a conflict, got {other:?}"),
     /// }
     /// assert_eq!(store.conversation("ctx")?.len(), 2);
     /// # Ok(()) }
     /// ```
-    pub fn append_if(&self, events: Vec<Event>, expect: Expect) -> Result<Range<Lsn>> {
-        self.append_checked(events, self.log.durability(), Some(&expect))
+    pub fn append_with(&self, events: &[Event], options: AppendOptions) -> Result<Range<Lsn>> {
+        let durability = options.durability.unwrap_or_else(|| self.log.durability());
+        self.append_checked(events.to_vec(), durability, options.expect.as_ref())
     }
 
     fn append_checked(
@@ -717,7 +722,7 @@ impl Store {
         let payloads: Vec<Vec<u8>> = events.iter().map(codec::encode_event).collect();
         // Held until the batch is indexed: see `conditional`.
         let order = self.order_append(&events, expect)?;
-        let (lsns, position) = log.append_batch_positioned(&payloads, durability)?;
+        let (lsns, position) = log.append_positioned(&payloads, durability)?;
         let bytes: u64 = payloads.iter().map(|payload| payload.len() as u64).sum();
         let due = {
             let mut state = self.state.write();
@@ -770,11 +775,6 @@ impl Store {
             self.request_snapshot();
         }
         Ok(lsns)
-    }
-
-    /// Appends one event; returns its LSN.
-    pub fn append_one(&self, event: Event) -> Result<Lsn> {
-        Ok(self.append(vec![event])?.start)
     }
 
     /// The folded state of one conversation.

@@ -264,7 +264,7 @@ impl Store {
     /// and otherwise fails with [`Error::Compacted`]. Damage is
     /// [`Error::Corrupted`], as for any reader.
     ///
-    /// `append`, `append_if`, `snapshot`, `compact` and `sync` fail with
+    /// `append`, `append_with`, `snapshot`, `compact` and `sync` fail with
     /// [`Error::ReadOnly`]. Host reducers registered with
     /// [`StoreBuilder::open_read_only`](super::StoreBuilder::open_read_only)
     /// are folded as the store catches up, and observed.
@@ -277,17 +277,17 @@ impl Store {
     /// let dir = tempfile::tempdir().unwrap();
     /// let writer = Store::open(dir.path(), StoreOptions::default())?; // holds the lock
     /// let hello = ConversationEntry::new("eval-1", 0, Role::User, Some("Hello".into()));
-    /// writer.append_one(hello.clone().recorded_in("ctx"))?;
+    /// writer.append(&[hello.clone().recorded_in("ctx")])?;
     ///
     /// // Beside the writer (here in the same process; usually another one).
     /// let reader = Store::open_read_only(dir.path(), StoreOptions::default())?;
     /// assert_eq!(reader.conversation("ctx")?.len(), 1);
     ///
     /// let answer = ConversationEntry::new("eval-1", 1, Role::Assistant, Some("Hi!".into()));
-    /// writer.append_one(answer.recorded_in("ctx"))?;
+    /// writer.append(&[answer.recorded_in("ctx")])?;
     /// assert_eq!(reader.resume("ctx", &Default::default())?.entries.len(), 2); // caught up
     ///
-    /// assert!(matches!(reader.append_one(hello.recorded_in("ctx")), Err(Error::ReadOnly { .. })));
+    /// assert!(matches!(reader.append(&[hello.recorded_in("ctx")]), Err(Error::ReadOnly { .. })));
     /// # Ok(()) }
     /// ```
     pub fn open_read_only(dir: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {

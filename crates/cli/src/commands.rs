@@ -10,9 +10,10 @@ use std::path::Path;
 use convlog::control::{ContextsReducer, ControlError};
 use convlog::json::{self, LineError};
 use convlog::log::LogOptions;
+use convlog::log::LogReader;
 use convlog::provider::ProviderError;
 use convlog::store::{Retention, StoreBuilder, StoreOptions};
-use convlog::{Durability, Error, Event, LogReader, Store};
+use convlog::{Durability, Error, Event, Store};
 
 pub const APPEND_HELP: &str = r#"Input: one event per line in the JSON form of docs/events.md; a JSON array on one line is one
 atomic batch (all of its events or none). Empty lines are skipped. Omitted fields get
@@ -86,7 +87,7 @@ const LABEL_WIDTH: usize = 17;
 /// batch, and a batch holds at most `BATCH_BYTES_MAX` encoded bytes. A
 /// longer line is refused after this many bytes: the rest of it is skipped
 /// unread into memory.
-pub const INPUT_LINE_BYTES_MAX: usize = convlog::log::format::BATCH_BYTES_MAX;
+pub const INPUT_LINE_BYTES_MAX: usize = convlog::log::BATCH_BYTES_MAX;
 
 /// The UTF-8 byte order mark some editors put at the start of a file.
 const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -304,7 +305,7 @@ pub fn append(dir: &Path, durability: Durability, create_in_nonempty: bool) -> R
             }
         };
         let batch = events.len() > 1;
-        let lsns = match store.append(events.clone()) {
+        let lsns = match store.append(&events.clone()) {
             Ok(lsns) => lsns,
             Err(Error::InvalidEvent { index, field }) => {
                 let at = if batch { format!("[{index}].") } else { String::new() };
@@ -434,13 +435,9 @@ pub fn dump(dir: &Path, from: Option<u64>, conversation: Option<&str>) -> Result
         };
         last_lsn = Some(record.lsn);
         bar.inc(record.payload.len() as u64);
-        let event = convlog::codec::decode_event(&record.payload).map_err(|reason| {
-            Failure(format!(
-                "store {}: the event at LSN {} does not decode: {reason}",
-                dir.display(),
-                record.lsn
-            ))
-        })?;
+        let event = record
+            .event()
+            .map_err(|error| Failure(format!("store {}: {error}", dir.display())))?;
         if conversation.is_some_and(|id| event.conversation_id() != Some(id)) {
             continue;
         }
@@ -661,19 +658,16 @@ pub fn stats(dir: &Path) -> Result<(), Failure> {
     existing_store(dir)?;
     let store = open_store_read_only(dir)?;
     let stats = store.stats();
-    let listing = convlog::log::segment::list(&convlog::storage::FileSystem, dir)?;
+    let segments = convlog::log::segment_files(dir)?;
     let mut bytes = 0u64;
-    for segment in &listing.segments {
+    for segment in &segments {
         bytes += std::fs::metadata(&segment.path)
             .map_err(|error| Failure(format!("stat {}: {error}", segment.path.display())))?
             .len();
     }
     let events = stats.next_lsn.saturating_sub(stats.first_lsn);
     row("store", dir.display());
-    row(
-        "segments",
-        format!("{} ({bytes} bytes)", listing.segments.len()),
-    );
+    row("segments", format!("{} ({bytes} bytes)", segments.len()));
     row("LSN range", lsn_range(stats.first_lsn, stats.next_lsn));
     row("events", events);
     row("conversations", stats.conversations);

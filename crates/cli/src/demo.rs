@@ -161,12 +161,12 @@ fn run_tools(
     worker: bool,
 ) -> Result<u64> {
     for call in &assistant.tool_calls {
-        store.append_one(status(
+        store.append(&[status(
             evaluation,
             &call.call_id,
             ToolStatus::Running,
             false,
-        ))?;
+        )])?;
         if worker {
             println!("running {}", call.call_id);
             std::io::stdout().flush().ok();
@@ -176,13 +176,13 @@ fn run_tools(
             // The host dies here: the demo kills this process.
             std::thread::sleep(Duration::from_secs(60));
         }
-        store.append_one(tool_result(
+        store.append(&[tool_result(
             evaluation,
             call,
             sequence,
             assistant.turn,
             weather(city),
-        ))?;
+        )])?;
         sequence += 1;
     }
     Ok(sequence)
@@ -198,17 +198,16 @@ pub fn worker(dir: &Path) -> Result<()> {
         user("eval-1", 1, "Is it warm in Rome this weekend?"),
     ];
     for entry in &history {
-        store.append_one(entry.clone().recorded_in(CONVERSATION))?;
+        store.append(&[entry.clone().recorded_in(CONVERSATION)])?;
     }
     let ask = scripted_model(&history, "eval-1", 2, &["rome"]);
-    store.append_one(ask.clone().recorded_in(CONVERSATION))?;
+    store.append(&[ask.clone().recorded_in(CONVERSATION)])?;
     let next = run_tools(&store, "eval-1", &ask, 3, false)?;
     let history = store
         .resume(CONVERSATION, &ResumeOptions::default())?
         .entries;
-    store.append_one(
-        scripted_model(&history, "eval-1", next, &["rome"]).recorded_in(CONVERSATION),
-    )?;
+    store
+        .append(&[scripted_model(&history, "eval-1", next, &["rome"]).recorded_in(CONVERSATION)])?;
     println!("evaluation eval-1 finished");
     std::io::stdout().flush().ok();
 
@@ -222,10 +221,10 @@ pub fn worker(dir: &Path) -> Result<()> {
         ),
     ];
     for entry in &history {
-        store.append_one(entry.clone().recorded_in(CONVERSATION))?;
+        store.append(&[entry.clone().recorded_in(CONVERSATION)])?;
     }
     let ask = scripted_model(&history, "eval-2", 2, &CITIES);
-    store.append_one(ask.clone().recorded_in(CONVERSATION))?;
+    store.append(&[ask.clone().recorded_in(CONVERSATION)])?;
     println!("model asked for {} tools in parallel", ask.tool_calls.len());
     run_tools(&store, "eval-2", &ask, 3, true)?;
     Ok(())
@@ -333,15 +332,15 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
         .cloned()
         .ok_or_else(|| Error::InvalidArgument("the evaluation has no tool batch".into()))?;
     for unfinished in &state.unfinished_calls {
-        store.append_one(state.rerun_event(&unfinished.call.call_id, Timestamp::now()))?;
+        store.append(&[state.rerun_event(&unfinished.call.call_id, Timestamp::now())])?;
         let city = &unfinished.call.call_id["call_".len()..];
-        store.append_one(tool_result(
+        store.append(&[tool_result(
             &state.evaluation_id,
             &unfinished.call,
             sequence,
             ask.turn,
             weather(city),
-        ))?;
+        )])?;
         println!(
             "4. Re-ran {} (its status event is marked resumed) and recorded its result.",
             unfinished.call.call_id
@@ -356,7 +355,7 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
         "5. The model answers: \"{}\"",
         answer.content.as_deref().unwrap_or_default()
     );
-    store.append_one(answer.recorded_in(CONVERSATION))?;
+    store.append(&[answer.recorded_in(CONVERSATION)])?;
     let done = store.resume(CONVERSATION, &ResumeOptions::default())?;
     println!(
         "   {} is finished: {} entries, {} tool calls, none run twice.\n",

@@ -273,7 +273,7 @@ fn small_segment_store(dir: &Path, events: usize) -> Vec<PathBuf> {
             created_at: Timestamp::now(),
             entry,
         }));
-        store.append(vec![event]).unwrap();
+        store.append(&[event]).unwrap();
     }
     drop(store);
     segments(dir)
@@ -460,15 +460,13 @@ fn dump_reads_while_a_writer_holds_the_store() {
     let before = export("jsonl");
     assert_eq!(before.status.code(), Some(0), "{}", stderr(&before));
     writer
-        .append_one(
-            convlog::model::ConversationEntry::new(
-                "eval-late",
-                1,
-                convlog::model::Role::User,
-                Some("appended while the reader runs".into()),
-            )
-            .recorded_in(&conversation),
+        .append(&[convlog::model::ConversationEntry::new(
+            "eval-late",
+            1,
+            convlog::model::Role::User,
+            Some("appended while the reader runs".into()),
         )
+        .recorded_in(&conversation)])
         .unwrap();
     let after = export("jsonl");
     assert_eq!(after.status.code(), Some(0), "{}", stderr(&after));
@@ -577,8 +575,8 @@ fn append_accepts_every_durability() {
 fn verify_log_only_checks_a_raw_log() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("raw");
-    let log = convlog::Log::open(&store, LogOptions::default()).unwrap();
-    log.append_batch(&[b"not an event".as_slice(), b"nor this"])
+    let log = convlog::log::Log::open(&store, LogOptions::default()).unwrap();
+    log.append(&[b"not an event".as_slice(), b"nor this"])
         .unwrap();
     drop(log);
     let output = run(&["verify", path(&store)], b"");

@@ -933,9 +933,9 @@ fn every_conversation_subcommand_help_shows_an_example() {
 /// library with 4 KiB segments, so the log rolls to new segments.
 fn fill_with_small_segments(store: &Path, count: u64) {
     let options = StoreOptions {
-        log: convlog::LogOptions {
+        log: convlog::log::LogOptions {
             segment_bytes_max: 4096,
-            ..convlog::LogOptions::default()
+            ..convlog::log::LogOptions::default()
         },
         ..StoreOptions::default()
     };
@@ -947,7 +947,7 @@ fn fill_with_small_segments(store: &Path, count: u64) {
             convlog::Role::User,
             Some(format!("filler {index}: {}", "lorem ipsum ".repeat(20))),
         );
-        store.append_one(entry.recorded_in("filler")).unwrap();
+        store.append(&[entry.recorded_in("filler")]).unwrap();
     }
 }
 

@@ -133,9 +133,9 @@ fn dump_from_an_lsn_compaction_deleted_names_the_gap() {
     let store = dir.path().join("store");
     {
         let options = convlog::StoreOptions {
-            log: convlog::LogOptions {
+            log: convlog::log::LogOptions {
                 segment_bytes_max: 4096,
-                ..convlog::LogOptions::default()
+                ..convlog::log::LogOptions::default()
             },
             retention: convlog::store::Retention::DeleteCoveredBySnapshot,
             ..convlog::StoreOptions::default()
@@ -148,7 +148,7 @@ fn dump_from_an_lsn_compaction_deleted_names_the_gap() {
                 convlog::Role::User,
                 Some(format!("message number {index} with some padding text")),
             );
-            writer.append_one(entry.recorded_in("ctx_1")).unwrap();
+            writer.append(&[entry.recorded_in("ctx_1")]).unwrap();
         }
         writer.snapshot().unwrap();
         assert!(!writer.compact().unwrap().removed.is_empty());

@@ -40,7 +40,7 @@ fn store_options() -> StoreOptions {
 fn store_with_segments(dir: &Path) -> Store {
     let store = Store::open(dir, store_options()).unwrap();
     for index in 0..EVENTS {
-        store.append_one(entry(index)).unwrap();
+        store.append(&[entry(index)]).unwrap();
     }
     assert!(segment_paths(dir).len() > 4, "small segments roll");
     store

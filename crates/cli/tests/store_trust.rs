@@ -32,7 +32,7 @@ fn said(conversation: &str, sequence: u64, text: &str) -> Event {
 fn append(dir: &Path, events: Vec<Event>) {
     let store = Store::open(dir, options()).unwrap();
     for event in events {
-        store.append_one(event).unwrap();
+        store.append(&[event]).unwrap();
     }
 }
 

@@ -159,11 +159,9 @@ fn run_log(
 }
 
 fn log_options(durability: Durability, pipelined: bool) -> LogOptions {
-    LogOptions {
-        durability,
-        pipelined,
-        ..LogOptions::default()
-    }
+    LogOptions::new()
+        .durability(durability)
+        .pipelined(pipelined)
 }
 
 // ---------------------------------------------------------------------------
@@ -554,10 +552,10 @@ struct NoneRow {
 fn bench_none(duration: Duration) -> BenchResult<Vec<NoneRow>> {
     section("3. Durability::None, one writer, 256-byte events");
     let pool = common::fixed_payloads(POOL_SEED ^ 0x256, 1024, 256);
-    let none = |segment_bytes_max| LogOptions {
-        durability: Durability::None,
-        segment_bytes_max,
-        ..LogOptions::default()
+    let none = |segment_bytes_max| {
+        LogOptions::new()
+            .durability(Durability::None)
+            .segment_bytes_max(segment_bytes_max)
     };
     let default_segment = LogOptions::default().segment_bytes_max;
     let rows = vec![

@@ -41,10 +41,7 @@ fn build(dir: &Path, target_bytes: u64) -> BenchResult<Built> {
             rng.bytes(size)
         })
         .collect();
-    let options = LogOptions {
-        durability: Durability::None,
-        ..LogOptions::default()
-    };
+    let options = LogOptions::new().durability(Durability::None);
     let start = Instant::now();
     let log = Log::open(dir, options)?;
     let (mut events, mut payload_bytes, mut estimated_bytes) = (0u64, 0u64, 0u64);

@@ -53,7 +53,7 @@ use std::time::{Duration, Instant};
 use common::{grouped, section, Table, XorShift};
 use convlog::codec;
 use convlog::conversation::{self, ConversationSlice};
-use convlog::log::{Durability, LogOptions, Lsn};
+use convlog::log::{Durability, Lsn};
 use convlog::model::{
     ConversationEntry, Event, Reasoning, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged,
 };
@@ -571,16 +571,7 @@ fn build_read_store(
     others: usize,
     mixed: Option<usize>,
 ) -> BenchResult<(u64, u64, u64)> {
-    let store = Store::open(
-        dir,
-        StoreOptions {
-            log: LogOptions {
-                durability: Durability::None,
-                ..LogOptions::default()
-            },
-            ..StoreOptions::default()
-        },
-    )?;
+    let store = Store::open(dir, StoreOptions::new().durability(Durability::None))?;
     let connection = sqlite_open(db_path)?;
     connection.execute_batch(
         "CREATE TABLE events (lsn INTEGER PRIMARY KEY, conversation_id TEXT NOT NULL, payload BLOB NOT NULL);
@@ -1094,13 +1085,7 @@ impl Filler {
 fn open_none(dir: &Path) -> BenchResult<Store> {
     Ok(Store::open(
         dir,
-        StoreOptions {
-            log: LogOptions {
-                durability: Durability::None,
-                ..LogOptions::default()
-            },
-            ..StoreOptions::default()
-        },
+        StoreOptions::new().durability(Durability::None),
     )?)
 }
 

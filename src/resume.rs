@@ -42,13 +42,38 @@ impl std::fmt::Display for PromptIdentity {
 }
 
 /// What to resume.
+///
+/// A builder, so a new option never breaks a host: start from `new()` (the
+/// defaults) and chain a setter per option, each named as the field it
+/// sets; the fields stay public for reading.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct ResumeOptions {
     /// The evaluation (default: the latest one of the conversation).
     pub evaluation_id: Option<String>,
     /// When set, the evaluation's system entry must carry this prompt
     /// identity, or resume fails with `Error::PromptMismatch`.
     pub prompt: Option<PromptIdentity>,
+}
+
+impl ResumeOptions {
+    /// The latest evaluation, any prompt.
+    pub fn new() -> ResumeOptions {
+        ResumeOptions::default()
+    }
+
+    /// Sets the evaluation to resume (`None`: the latest one).
+    pub fn evaluation_id(mut self, evaluation_id: Option<String>) -> ResumeOptions {
+        self.evaluation_id = evaluation_id;
+        self
+    }
+
+    /// Sets the prompt identity the evaluation's system entry must carry
+    /// (`None`: any).
+    pub fn prompt(mut self, prompt: Option<PromptIdentity>) -> ResumeOptions {
+        self.prompt = prompt;
+        self
+    }
 }
 
 /// A tool call that never finished.

@@ -14,7 +14,6 @@ use convlog::audit::{
     self, AuditView, DurationSource, HtmlOptions, TailFormat, TailOptions, TailStart, TailStop,
     TextOptions, Timeline, TimelineOptions,
 };
-use convlog::log::LogOptions;
 use convlog::model::{
     ConversationEntry, Event, HistoryCurated, Reasoning, Role, Timestamp, ToolCall, ToolStatus,
     ToolStatusChanged,
@@ -430,10 +429,7 @@ fn text_is_plain_without_colour_and_coloured_with_it() {
     }
     assert!(plain.lines().all(|line| line == line.trim_end()));
     let wide = text_of(|out| {
-        let options = TextOptions {
-            width: 400,
-            ..TextOptions::default()
-        };
+        let options = TextOptions::new().width(400);
         audit::write_timeline_text_with(out, &timeline, &options).unwrap()
     });
     assert!(
@@ -445,11 +441,7 @@ fn text_is_plain_without_colour_and_coloured_with_it() {
         audit::write_timeline_text_with(
             out,
             &timeline,
-            &TextOptions {
-                color: true,
-                show_reasoning: true,
-                ..TextOptions::default()
-            },
+            &TextOptions::new().color(true).show_reasoning(true),
         )
         .unwrap()
     });
@@ -503,13 +495,10 @@ fn the_overview_lists_every_conversation() {
 #[test]
 fn the_read_only_view_uses_a_snapshot_when_the_log_was_compacted() {
     let dir = tempfile::tempdir().unwrap();
-    let options = || StoreOptions {
-        log: LogOptions {
-            segment_bytes_max: 4096,
-            ..LogOptions::default()
-        },
-        retention: Retention::DeleteCoveredBySnapshot,
-        ..StoreOptions::default()
+    let options = || {
+        StoreOptions::new()
+            .segment_bytes_max(4096)
+            .retention(Retention::DeleteCoveredBySnapshot)
     };
     let store = Store::open(dir.path(), options()).unwrap();
     for event in events() {
@@ -575,10 +564,7 @@ fn html_of(timeline: &Timeline) -> String {
         audit::write_html(
             out,
             timeline,
-            &HtmlOptions {
-                store: Some("/tmp/store <1>".into()),
-                ..HtmlOptions::default()
-            },
+            &HtmlOptions::new().store(Some("/tmp/store <1>".into())),
         )
         .unwrap()
     })
@@ -771,14 +757,12 @@ fn tail_follows_a_writer_in_another_process() {
     let report = audit::tail(
         dir.path(),
         &mut lines,
-        &TailOptions {
-            start: TailStart::Beginning,
-            follow: true,
-            format: TailFormat::Json,
-            max_events: Some(WRITER_EVENTS),
-            poll_interval: Duration::from_millis(50),
-            ..TailOptions::default()
-        },
+        &TailOptions::new()
+            .start(TailStart::Beginning)
+            .follow(true)
+            .format(TailFormat::Json)
+            .max_events(Some(WRITER_EVENTS))
+            .poll_interval(Duration::from_millis(50)),
         &mut should_stop,
     )
     .unwrap();
@@ -812,10 +796,7 @@ fn tail_without_follow_prints_what_is_written_and_filters() {
     let report = audit::tail(
         dir.path(),
         &mut out,
-        &TailOptions {
-            start: TailStart::Beginning,
-            ..TailOptions::default()
-        },
+        &TailOptions::new().start(TailStart::Beginning),
         &mut || false,
     )
     .unwrap();
@@ -834,12 +815,10 @@ fn tail_without_follow_prints_what_is_written_and_filters() {
     let report = audit::tail(
         dir.path(),
         &mut out,
-        &TailOptions {
-            start: TailStart::Last(2),
-            conversation: Some(CONVERSATION.into()),
-            format: TailFormat::Summary { color: true },
-            ..TailOptions::default()
-        },
+        &TailOptions::new()
+            .start(TailStart::Last(2))
+            .conversation(Some(CONVERSATION.into()))
+            .format(TailFormat::Summary { color: true }),
         &mut || false,
     )
     .unwrap();
@@ -880,15 +859,13 @@ fn tail_from_the_end_follows_a_writer_thread() {
     let report = audit::tail_reader(
         &store.log().reader(),
         &mut out,
-        &TailOptions {
-            start: TailStart::End,
-            follow: true,
-            conversation: Some("ctx_late".into()),
-            format: TailFormat::Json,
-            max_events: Some(5),
-            poll_interval: Duration::from_millis(20),
-            ..TailOptions::default()
-        },
+        &TailOptions::new()
+            .start(TailStart::End)
+            .follow(true)
+            .conversation(Some("ctx_late".into()))
+            .format(TailFormat::Json)
+            .max_events(Some(5))
+            .poll_interval(Duration::from_millis(20)),
         &mut || {
             let (started, wake) = &*following;
             *started.lock().unwrap() = true;
@@ -918,12 +895,10 @@ fn tail_from_the_end_follows_a_writer_thread() {
     let report = audit::tail_reader(
         &store.log().reader(),
         &mut Vec::new(),
-        &TailOptions {
-            start: TailStart::Lsn(19),
-            follow: true,
-            idle_timeout: Some(Duration::from_millis(200)),
-            ..TailOptions::default()
-        },
+        &TailOptions::new()
+            .start(TailStart::Lsn(19))
+            .follow(true)
+            .idle_timeout(Some(Duration::from_millis(200))),
         &mut || false,
     )
     .unwrap();

@@ -7,19 +7,13 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use convlog::log::{LogOptions, LogReader, Lsn};
+use convlog::log::{LogReader, Lsn};
 use convlog::model::{ConversationEntry, Event, Role, Timestamp};
 use convlog::store::{backup, Retention, Store, StoreOptions};
 use convlog::Error;
 
 fn options() -> StoreOptions {
-    StoreOptions {
-        log: LogOptions {
-            segment_bytes_max: 4096,
-            ..LogOptions::default()
-        },
-        ..StoreOptions::default()
-    }
+    StoreOptions::new().segment_bytes_max(4096)
 }
 
 fn message(conversation: usize, sequence: u64) -> Event {
@@ -128,10 +122,7 @@ fn a_backup_beside_a_running_writer_is_an_acknowledged_prefix() {
 #[test]
 fn a_compacted_store_is_backed_up_with_the_snapshot_that_covers_its_start() {
     let source = tempfile::tempdir().unwrap();
-    let compacting = StoreOptions {
-        retention: Retention::DeleteCoveredBySnapshot,
-        ..options()
-    };
+    let compacting = options().retention(Retention::DeleteCoveredBySnapshot);
     let store = Store::open(source.path(), compacting.clone()).unwrap();
     fill(&store, 80);
     store.snapshot().unwrap();
@@ -158,10 +149,7 @@ fn a_compacted_store_is_backed_up_with_the_snapshot_that_covers_its_start() {
 #[test]
 fn a_snapshot_of_a_compacted_store_that_is_gone_fails_the_backup_without_leaving_a_backup() {
     let source = tempfile::tempdir().unwrap();
-    let compacting = StoreOptions {
-        retention: Retention::DeleteCoveredBySnapshot,
-        ..options()
-    };
+    let compacting = options().retention(Retention::DeleteCoveredBySnapshot);
     {
         let store = Store::open(source.path(), compacting).unwrap();
         fill(&store, 80);

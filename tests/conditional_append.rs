@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use convlog::control::{context_created_event, ContextsReducer, ControlError, ControlMessage};
 use convlog::control::{MessageControl, Principal};
-use convlog::log::LogOptions;
 use convlog::model::{ConversationEntry, Event, Role, ToolCall, ToolStatus};
 use convlog::storage::{FileSystem, LockGuard, SealedFile, SharedBytes, Storage, StorageFile};
 use convlog::store::{AppendOptions, Expect, Store, StoreBuilder, StoreOptions};
@@ -386,15 +385,9 @@ unsafe impl Storage for PausingStorage {
 }
 
 fn pausing_options(pause: &Arc<Pause>) -> StoreOptions {
-    StoreOptions {
-        log: LogOptions {
-            storage: Arc::new(PausingStorage {
-                pause: Arc::clone(pause),
-            }),
-            ..LogOptions::default()
-        },
-        ..StoreOptions::default()
-    }
+    StoreOptions::new().storage(Arc::new(PausingStorage {
+        pause: Arc::clone(pause),
+    }))
 }
 
 /// A conditional append stopped in its check (reading the conversation's

@@ -312,12 +312,10 @@ impl Sim {
     }
 
     fn options(&self, storage: &SimStorage) -> LogOptions {
-        LogOptions {
-            storage: Arc::new(storage.clone()),
-            segment_bytes_max: SEGMENT_BYTES_MAX,
-            pipelined: self.pipelined,
-            ..LogOptions::default()
-        }
+        LogOptions::new()
+            .storage(Arc::new(storage.clone()))
+            .segment_bytes_max(SEGMENT_BYTES_MAX)
+            .pipelined(self.pipelined)
     }
 
     /// Replaces the disk (by a crashed one), counting the faults the old
@@ -1139,10 +1137,10 @@ fn random_operations_crashes_and_faults_keep_every_promise() {
 /// Power losses (64 crash seeds) after `acknowledged` events were
 /// acknowledged under Sync: every one must keep them all.
 fn survives_power_losses(storage: &SimStorage, acknowledged: Lsn, what: &str) {
-    let options = |storage: &SimStorage| LogOptions {
-        storage: Arc::new(storage.clone()),
-        segment_bytes_max: SEGMENT_BYTES_MAX,
-        ..LogOptions::default()
+    let options = |storage: &SimStorage| {
+        LogOptions::new()
+            .storage(Arc::new(storage.clone()))
+            .segment_bytes_max(SEGMENT_BYTES_MAX)
     };
     let mut lost = Vec::new();
     for seed in 0..64 {
@@ -1173,11 +1171,9 @@ fn a_failed_fsync_of_a_new_store_directory_is_retried() {
     storage.create_dir_all(Path::new("/sim")).unwrap();
     storage.sync_dir(Path::new("/")).unwrap();
     storage.inject(Fault::FsyncEio { nth: 1 });
-    let options = LogOptions {
-        storage: Arc::new(storage.clone()),
-        segment_bytes_max: SEGMENT_BYTES_MAX,
-        ..LogOptions::default()
-    };
+    let options = LogOptions::new()
+        .storage(Arc::new(storage.clone()))
+        .segment_bytes_max(SEGMENT_BYTES_MAX);
     let error = Log::open(STORE, options.clone()).unwrap_err();
     assert!(error.to_string().contains("fsync parent"), "{error}");
     let log = Log::open(STORE, options).unwrap();
@@ -1195,11 +1191,9 @@ fn a_failed_fsync_of_a_new_store_directory_is_retried() {
 #[test]
 fn a_new_store_in_new_parent_directories_survives_a_power_loss() {
     let storage = SimStorage::new(8);
-    let options = LogOptions {
-        storage: Arc::new(storage.clone()),
-        segment_bytes_max: SEGMENT_BYTES_MAX,
-        ..LogOptions::default()
-    };
+    let options = LogOptions::new()
+        .storage(Arc::new(storage.clone()))
+        .segment_bytes_max(SEGMENT_BYTES_MAX);
     let log = Log::open(STORE, options).unwrap();
     for index in 0..10u8 {
         log.append_with(&[[index; 100]], Durability::Sync).unwrap();
@@ -1215,11 +1209,9 @@ fn a_new_store_directory_survives_a_power_loss() {
     let storage = SimStorage::new(9);
     storage.create_dir_all(Path::new("/sim")).unwrap();
     storage.sync_dir(Path::new("/")).unwrap();
-    let options = LogOptions {
-        storage: Arc::new(storage.clone()),
-        segment_bytes_max: SEGMENT_BYTES_MAX,
-        ..LogOptions::default()
-    };
+    let options = LogOptions::new()
+        .storage(Arc::new(storage.clone()))
+        .segment_bytes_max(SEGMENT_BYTES_MAX);
     let log = Log::open(STORE, options).unwrap();
     for index in 0..10u8 {
         log.append_with(&[[index; 100]], Durability::Sync).unwrap();
@@ -1243,10 +1235,10 @@ fn a_refused_frame_never_comes_back_from_reused_space() {
     storage.create_dir_all(Path::new(STORE)).unwrap();
     storage.sync_dir(Path::new("/sim")).unwrap();
     storage.sync_dir(Path::new("/")).unwrap();
-    let options = |storage: &SimStorage| LogOptions {
-        storage: Arc::new(storage.clone()),
-        segment_bytes_max: SEGMENT_BYTES_MAX,
-        ..LogOptions::default()
+    let options = |storage: &SimStorage| {
+        LogOptions::new()
+            .storage(Arc::new(storage.clone()))
+            .segment_bytes_max(SEGMENT_BYTES_MAX)
     };
     let log = Log::open(STORE, options(&storage)).unwrap();
     log.append_with(&[b"durable"], Durability::Sync).unwrap();

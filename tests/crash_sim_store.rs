@@ -782,18 +782,17 @@ impl Sim {
     }
 
     fn options(&self, storage: &SimStorage) -> StoreOptions {
-        StoreOptions {
-            log: LogOptions {
-                storage: Arc::new(storage.clone()),
-                segment_bytes_max: SEGMENT_BYTES_MAX,
-                pipelined: self.config.pipelined,
-                ..LogOptions::default()
-            },
-            snapshot_every_events: self.config.snapshot_every_events,
-            snapshot_every_bytes: None,
-            retention: self.config.retention,
-            snapshots_kept: self.config.snapshots_kept,
-        }
+        StoreOptions::new()
+            .log(
+                LogOptions::new()
+                    .storage(Arc::new(storage.clone()))
+                    .segment_bytes_max(SEGMENT_BYTES_MAX)
+                    .pipelined(self.config.pipelined),
+            )
+            .snapshot_every_events(self.config.snapshot_every_events)
+            .snapshot_every_bytes(None)
+            .retention(self.config.retention)
+            .snapshots_kept(self.config.snapshots_kept)
     }
 
     fn open_on(&self, storage: &SimStorage) -> convlog::Result<Store> {
@@ -2048,23 +2047,19 @@ fn regression_disk(seed: u64) -> SimStorage {
 
 fn regression_store(storage: &SimStorage, options: StoreOptions) -> convlog::Result<Store> {
     StoreBuilder::new(STORE)
-        .options(StoreOptions {
-            log: LogOptions {
-                storage: Arc::new(storage.clone()),
-                segment_bytes_max: SEGMENT_BYTES_MAX,
-                ..LogOptions::default()
-            },
-            ..options
-        })
+        .options(
+            options.log(
+                LogOptions::new()
+                    .storage(Arc::new(storage.clone()))
+                    .segment_bytes_max(SEGMENT_BYTES_MAX),
+            ),
+        )
         .reducer(TallyReducer)
         .open()
 }
 
 fn compacting() -> StoreOptions {
-    StoreOptions {
-        retention: Retention::DeleteCoveredBySnapshot,
-        ..StoreOptions::default()
-    }
+    StoreOptions::new().retention(Retention::DeleteCoveredBySnapshot)
 }
 
 /// Appends `count` user messages of about 200 bytes, one per batch, under Sync.
@@ -2189,10 +2184,10 @@ fn a_snapshot_left_by_a_failed_write_is_made_durable_before_compaction() {
 fn recovery_after_a_poisoned_writer_fsyncs_the_segment_it_seals() {
     use convlog::log::Log;
     let storage = regression_disk(13);
-    let options = |storage: &SimStorage| LogOptions {
-        storage: Arc::new(storage.clone()),
-        segment_bytes_max: SEGMENT_BYTES_MAX,
-        ..LogOptions::default()
+    let options = |storage: &SimStorage| {
+        LogOptions::new()
+            .storage(Arc::new(storage.clone()))
+            .segment_bytes_max(SEGMENT_BYTES_MAX)
     };
     let log = Log::open(STORE, options(&storage)).unwrap();
     for index in 0..5u8 {
@@ -2242,10 +2237,7 @@ fn recovery_after_a_poisoned_writer_fsyncs_the_segment_it_seals() {
 #[test]
 fn an_append_whose_automatic_snapshot_fails_reports_its_lsns() {
     let storage = regression_disk(14);
-    let options = || StoreOptions {
-        snapshot_every_events: Some(3),
-        ..StoreOptions::default()
-    };
+    let options = || StoreOptions::new().snapshot_every_events(Some(3));
     let mut events = EventGen::new();
     let store = regression_store(&storage, options()).unwrap();
     fill(&store, &mut events, 2);

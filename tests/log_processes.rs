@@ -30,11 +30,9 @@ fn store_from_env() -> PathBuf {
 /// Child role: appends durable batches from 4 threads until killed, printing
 /// `ACK <first_lsn> <batch id> <size>` after each acknowledgement.
 fn run_appender() {
-    let options = LogOptions {
-        segment_bytes_max: 64 * 1024,
-        pipelined: std::env::var("CONVLOG_TEST_PIPELINED").is_ok(),
-        ..LogOptions::default()
-    };
+    let options = LogOptions::new()
+        .segment_bytes_max(64 * 1024)
+        .pipelined(std::env::var("CONVLOG_TEST_PIPELINED").is_ok());
     let log = Arc::new(Log::open(store_from_env(), options).unwrap());
     let cycle = std::env::var("CONVLOG_TEST_CYCLE").unwrap();
     let threads: Vec<_> = (0..4)

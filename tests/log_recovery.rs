@@ -179,23 +179,10 @@ fn a_flipped_bit_in_a_sealed_segment_fails_open_with_segment_and_offset() {
     ));
 
     // Salvage keeps every record before the damage and quarantines the rest.
-    let salvage_reader = LogReader::open_with(
-        dir.path(),
-        ReaderOptions {
-            salvage: true,
-            ..ReaderOptions::default()
-        },
-    )
-    .unwrap();
+    let salvage_reader =
+        LogReader::open_with(dir.path(), ReaderOptions::new().salvage(true)).unwrap();
     assert_eq!(salvage_reader.iter().count() as u64, damaged.lsn - 1);
-    let log = Log::open(
-        dir.path(),
-        LogOptions {
-            salvage: true,
-            ..small_segments()
-        },
-    )
-    .unwrap();
+    let log = Log::open(dir.path(), small_segments().salvage(true)).unwrap();
     let salvage = log
         .recovery_report()
         .salvaged
@@ -449,10 +436,7 @@ fn a_segment_of_another_format_version_is_refused_and_never_salvaged() {
     let mut bytes = std::fs::read(&segment).unwrap();
     bytes[8..12].copy_from_slice(&(convlog::log::format::FORMAT_VERSION + 1).to_le_bytes());
     std::fs::write(&segment, &bytes).unwrap();
-    let salvage = LogOptions {
-        salvage: true,
-        ..LogOptions::default()
-    };
+    let salvage = LogOptions::new().salvage(true);
     match Log::open(dir.path(), salvage) {
         Err(Error::UnsupportedVersion {
             path,

@@ -85,20 +85,15 @@ fn concurrent_group_appends_across_segment_rolls() {
 
 #[test]
 fn concurrent_pipelined_appends_with_a_commit_delay() {
-    let options = LogOptions {
-        pipelined: true,
-        group_commit_delay: Some(Duration::from_micros(100)),
-        ..small_segments()
-    };
+    let options = small_segments()
+        .pipelined(true)
+        .group_commit_delay(Some(Duration::from_micros(100)));
     concurrent_appends(options, 16, 100);
 }
 
 #[test]
 fn concurrent_sync_appends() {
-    let options = LogOptions {
-        durability: Durability::Sync,
-        ..LogOptions::default()
-    };
+    let options = LogOptions::new().durability(Durability::Sync);
     concurrent_appends(options, 4, 100);
 }
 
@@ -222,12 +217,9 @@ fn group_commit_shares_fsyncs_between_concurrent_appenders() {
     const APPENDERS: u64 = 32;
     let dir = tempfile::tempdir().unwrap();
     let gate = Arc::new(Gate::default());
-    let options = LogOptions {
-        storage: Arc::new(GatedSync {
-            gate: Arc::clone(&gate),
-        }),
-        ..LogOptions::default()
-    };
+    let options = LogOptions::new().storage(Arc::new(GatedSync {
+        gate: Arc::clone(&gate),
+    }));
     let log = Arc::new(Log::open(dir.path(), options).unwrap());
     let before = log.writer_stats();
     gate.set_armed(true);
@@ -318,10 +310,7 @@ fn limits_are_checked_before_anything_is_written() {
         .collect();
     assert_eq!(payloads, [b"kept".to_vec(), b"still fine".to_vec()]);
 
-    let bad_segment = LogOptions {
-        segment_bytes_max: 10,
-        ..LogOptions::default()
-    };
+    let bad_segment = LogOptions::new().segment_bytes_max(10);
     let error = Log::open(tempfile::tempdir().unwrap().path(), bad_segment).unwrap_err();
     assert!(error.to_string().contains("SEGMENT_BYTES_MIN"), "{error}");
 }
@@ -343,10 +332,7 @@ fn a_frame_larger_than_a_segment_gets_a_segment_of_its_own() {
 #[test]
 fn periodic_and_none_appends_become_durable_on_sync_and_on_close() {
     let dir = tempfile::tempdir().unwrap();
-    let options = LogOptions {
-        durability: Durability::Periodic(Duration::from_millis(5)),
-        ..LogOptions::default()
-    };
+    let options = LogOptions::new().durability(Durability::Periodic(Duration::from_millis(5)));
     let log = Log::open(dir.path(), options).unwrap();
     assert_eq!(log.periodic_sync_interval(), Some(Duration::from_millis(5)));
     let lsn = log.append(&[b"periodic"]).unwrap().start;
@@ -527,13 +513,10 @@ unsafe impl Storage for FailingSync {
 fn a_failed_fsync_poisons_the_writer_and_what_it_refused_never_comes_back() {
     let dir = tempfile::tempdir().unwrap();
     let syncs_left = Arc::new(AtomicU64::new(4));
-    let options = LogOptions {
-        storage: Arc::new(FailingSync {
-            inner: FileSystem,
-            syncs_left: Arc::clone(&syncs_left),
-        }),
-        ..LogOptions::default()
-    };
+    let options = LogOptions::new().storage(Arc::new(FailingSync {
+        inner: FileSystem,
+        syncs_left: Arc::clone(&syncs_left),
+    }));
     let log = Log::open(dir.path(), options).unwrap();
     let mut acknowledged = Vec::new();
     let failure = loop {

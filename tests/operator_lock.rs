@@ -165,10 +165,7 @@ fn removing_the_lock_file_lets_no_second_writer_in_within_the_process() {
 #[test]
 fn the_simulated_storage_keeps_one_writer_when_the_lock_file_goes() {
     let storage = SimStorage::new(7);
-    let options = LogOptions {
-        storage: std::sync::Arc::new(storage.clone()),
-        ..LogOptions::default()
-    };
+    let options = LogOptions::new().storage(std::sync::Arc::new(storage.clone()));
     let store = PathBuf::from("/store");
     let log = Log::open(&store, options.clone()).unwrap();
     use convlog::storage::Storage;

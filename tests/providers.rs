@@ -71,10 +71,7 @@ fn result(
 }
 
 fn options(pending: PendingCalls) -> RenderOptions {
-    RenderOptions {
-        pending,
-        ..RenderOptions::default()
-    }
+    RenderOptions::new().pending(pending)
 }
 
 fn rendered(
@@ -415,10 +412,7 @@ fn thinking_blocks_are_passed_back_verbatim_in_order_with_their_signatures() {
         gemini.messages[1]["parts"][0],
         json!({"text": "The user wants a fact; one search is enough.", "thought": true})
     );
-    let without = RenderOptions {
-        include_reasoning: false,
-        ..RenderOptions::default()
-    };
+    let without = RenderOptions::new().include_reasoning(false);
     for provider in Provider::ALL {
         let request = rendered(provider, &reasoning_with_signatures(), &without);
         let text = request.body().to_string();
@@ -429,14 +423,11 @@ fn thinking_blocks_are_passed_back_verbatim_in_order_with_their_signatures() {
 #[test]
 fn a_default_system_prompt_is_injected_with_the_display_name() {
     let entries = vec![user(1, "hi")];
-    let options = RenderOptions {
-        default_system_prompt: Some("You are Wolo, an AI coding agent. Wolo is terse.".into()),
-        display_name: Some(provider::DisplayName {
-            placeholder: "Wolo".into(),
-            name: "CodeHelper".into(),
-        }),
-        ..RenderOptions::default()
-    };
+    let options = RenderOptions::new()
+        .default_system_prompt(Some(
+            "You are Wolo, an AI coding agent. Wolo is terse.".into(),
+        ))
+        .display_name(Some(provider::DisplayName::new("Wolo", "CodeHelper")));
     let expected = "You are CodeHelper, an AI coding agent. CodeHelper is terse.";
     let openai = rendered(Provider::OpenAiChat, &entries, &options);
     assert_eq!(
@@ -1228,12 +1219,7 @@ proptest! {
         let full = build(&steps, source);
         let crashed = &full[..cut.index(full.len() + 1)];
         for pending in [PendingCalls::Drop, PendingCalls::SyntheticError] {
-            let options = RenderOptions {
-                pending,
-                include_reasoning,
-                default_system_prompt: default_system.then(|| "You are Wolo.".to_string()),
-                ..RenderOptions::default()
-            };
+            let options = RenderOptions::new().pending(pending).include_reasoning(include_reasoning).default_system_prompt(default_system.then(|| "You are Wolo.".to_string()));
             let (kept, unfinished) = expected_calls(crashed, pending);
             for provider in Provider::ALL {
                 let request = render(provider, crashed, &options).unwrap();

@@ -198,17 +198,11 @@ fn resume_picks_the_latest_evaluation_unless_told_otherwise() {
     let older = store
         .resume(
             "trip",
-            &ResumeOptions {
-                evaluation_id: Some("e1".into()),
-                ..ResumeOptions::default()
-            },
+            &ResumeOptions::new().evaluation_id(Some("e1".into())),
         )
         .unwrap();
     assert_eq!(older.unfinished_calls.len(), 2);
-    let unknown = ResumeOptions {
-        evaluation_id: Some("e9".into()),
-        ..ResumeOptions::default()
-    };
+    let unknown = ResumeOptions::new().evaluation_id(Some("e9".into()));
     assert!(matches!(
         store.resume("trip", &unknown),
         Err(Error::InvalidArgument(_))
@@ -219,21 +213,15 @@ fn resume_picks_the_latest_evaluation_unless_told_otherwise() {
 fn resuming_with_another_prompt_fails_with_both_identities() {
     let dir = tempfile::tempdir().unwrap();
     let store = crashed_store(dir.path());
-    let same = ResumeOptions {
-        prompt: Some(PromptIdentity {
-            namespace: Some("travel".into()),
-            key: Some("planner".into()),
-        }),
-        ..ResumeOptions::default()
-    };
+    let same = ResumeOptions::new().prompt(Some(PromptIdentity {
+        namespace: Some("travel".into()),
+        key: Some("planner".into()),
+    }));
     store.resume("trip", &same).unwrap();
-    let other = ResumeOptions {
-        prompt: Some(PromptIdentity {
-            namespace: Some("travel".into()),
-            key: Some("booker".into()),
-        }),
-        ..ResumeOptions::default()
-    };
+    let other = ResumeOptions::new().prompt(Some(PromptIdentity {
+        namespace: Some("travel".into()),
+        key: Some("booker".into()),
+    }));
     let error = store.resume("trip", &other).unwrap_err();
     assert!(matches!(error, Error::PromptMismatch { .. }));
     let message = error.to_string();

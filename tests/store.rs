@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use common::Rng;
 use convlog::conversation::{self, ConversationSlice};
-use convlog::log::LogOptions;
 use convlog::model::{
     ConversationEntry, CustomEvent, Event, HistoryCurated, MessagesReplaced, Role, Timestamp,
     ToolCall, ToolStatus, ToolStatusChanged,
@@ -20,13 +19,7 @@ use convlog::Error;
 use proptest::prelude::*;
 
 fn small_store_options() -> StoreOptions {
-    StoreOptions {
-        log: LogOptions {
-            segment_bytes_max: 4096,
-            ..LogOptions::default()
-        },
-        ..StoreOptions::default()
-    }
+    StoreOptions::new().segment_bytes_max(4096)
 }
 
 fn entry(evaluation: &str, sequence: u64, role: Role, text: &str) -> ConversationEntry {
@@ -391,10 +384,7 @@ fn compaction_deletes_only_what_a_snapshot_covers_and_only_when_allowed() {
         );
         assert!(kept.note.unwrap().contains("KeepAll"));
     }
-    let options = StoreOptions {
-        retention: Retention::DeleteCoveredBySnapshot,
-        ..small_store_options()
-    };
+    let options = small_store_options().retention(Retention::DeleteCoveredBySnapshot);
     {
         let store = Store::open(dir.path(), options.clone()).unwrap();
         fill(&store, 200, 260);
@@ -435,10 +425,7 @@ fn compaction_deletes_only_what_a_snapshot_covers_and_only_when_allowed() {
 #[test]
 fn automatic_snapshots_every_n_events() {
     let dir = tempfile::tempdir().unwrap();
-    let options = StoreOptions {
-        snapshot_every_events: Some(50),
-        ..StoreOptions::default()
-    };
+    let options = StoreOptions::new().snapshot_every_events(Some(50));
     let store = Store::open(dir.path(), options.clone()).unwrap();
     for index in 0..120u64 {
         store

@@ -85,10 +85,7 @@ fn the_refusal_names_a_few_entries_and_counts_the_rest() {
 #[test]
 fn the_option_creates_the_store_among_other_files() {
     let dir = directory_with(&["notes.txt"]);
-    let options = LogOptions {
-        create_in_nonempty_dir: true,
-        ..LogOptions::default()
-    };
+    let options = LogOptions::new().create_in_nonempty_dir(true);
     let log = Log::open(dir.path(), options).unwrap();
     log.append(&[b"kept"]).unwrap();
     drop(log);
@@ -178,21 +175,11 @@ fn the_check_runs_on_any_storage() {
     let store = PathBuf::from("/data");
     storage.create_dir_all(&store).unwrap();
     storage.create(&store.join("unrelated.db")).unwrap();
-    let options = LogOptions {
-        storage: Arc::new(storage.clone()),
-        ..LogOptions::default()
-    };
+    let options = LogOptions::new().storage(Arc::new(storage.clone()));
     assert!(matches!(
         Log::open(&store, options.clone()),
         Err(Error::DirectoryNotEmpty { .. })
     ));
     assert_eq!(storage.list_dir(&store).unwrap(), ["unrelated.db"]);
-    Log::open(
-        &store,
-        LogOptions {
-            create_in_nonempty_dir: true,
-            ..options
-        },
-    )
-    .unwrap();
+    Log::open(&store, options.create_in_nonempty_dir(true)).unwrap();
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::ThreadId;
 
-use convlog::log::{Durability, LogOptions};
+use convlog::log::Durability;
 use convlog::model::{ConversationEntry, CustomEvent, Event, Role, Timestamp};
 use convlog::reducer::Reducer;
 use convlog::storage::sim::{Fault, SimStorage};
@@ -161,13 +161,7 @@ fn sim_disk(seed: u64) -> SimStorage {
 }
 
 fn sim_options(storage: &SimStorage) -> StoreOptions {
-    StoreOptions {
-        log: LogOptions {
-            storage: Arc::new(storage.clone()),
-            ..LogOptions::default()
-        },
-        ..StoreOptions::default()
-    }
+    StoreOptions::new().storage(Arc::new(storage.clone()))
 }
 
 /// Frames acknowledged under `Durability::None` and then taken back by the
@@ -316,14 +310,11 @@ fn an_append_crossing_the_snapshot_threshold_does_not_wait_for_the_snapshot() {
     GATE.lock().unwrap().appender = Some(std::thread::current().id());
     let dir = tempfile::tempdir().unwrap();
     let store = StoreBuilder::new(dir.path())
-        .options(StoreOptions {
-            log: LogOptions {
-                durability: Durability::None,
-                ..LogOptions::default()
-            },
-            snapshot_every_events: Some(3),
-            ..StoreOptions::default()
-        })
+        .options(
+            StoreOptions::new()
+                .durability(Durability::None)
+                .snapshot_every_events(Some(3)),
+        )
         .reducer(GatedReducer)
         .open()
         .unwrap();
@@ -375,10 +366,7 @@ fn an_append_crossing_the_snapshot_threshold_does_not_wait_for_the_snapshot() {
 fn a_failed_automatic_snapshot_is_reported_and_the_append_is_not() {
     let storage = sim_disk(9);
     let store = StoreBuilder::new(SIM_STORE)
-        .options(StoreOptions {
-            snapshot_every_events: Some(2),
-            ..sim_options(&storage)
-        })
+        .options(sim_options(&storage).snapshot_every_events(Some(2)))
         .reducer(Count)
         .open()
         .unwrap();
@@ -443,13 +431,7 @@ fn observers_see_every_event_in_lsn_order_one_at_a_time() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(
         StoreBuilder::new(dir.path())
-            .options(StoreOptions {
-                log: LogOptions {
-                    durability: Durability::None,
-                    ..LogOptions::default()
-                },
-                ..StoreOptions::default()
-            })
+            .options(StoreOptions::new().durability(Durability::None))
             .reducer(Count)
             .open()
             .unwrap(),

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use common::{env_number, role, spawn_role, Rng};
 use convlog::conversation::{self, ConversationSlice};
-use convlog::log::{LogOptions, LogReader, Lsn};
+use convlog::log::{LogReader, Lsn};
 use convlog::model::{
     ConversationEntry, CustomEvent, Event, HistoryCurated, Role, Timestamp, ToolCall, ToolStatus,
     ToolStatusChanged,
@@ -260,19 +260,14 @@ fn batch_events(batch: BatchId) -> Vec<Event> {
 }
 
 fn store_options(delete_covered: bool, snapshot_every: u64) -> StoreOptions {
-    StoreOptions {
-        log: LogOptions {
-            segment_bytes_max: SEGMENT_BYTES_MAX,
-            ..LogOptions::default()
-        },
-        snapshot_every_events: Some(snapshot_every),
-        retention: if delete_covered {
+    StoreOptions::new()
+        .segment_bytes_max(SEGMENT_BYTES_MAX)
+        .snapshot_every_events(Some(snapshot_every))
+        .retention(if delete_covered {
             Retention::DeleteCoveredBySnapshot
         } else {
             Retention::KeepAll
-        },
-        ..StoreOptions::default()
-    }
+        })
 }
 
 fn print_line(line: &str) {

@@ -34,12 +34,10 @@ fn said(conversation: &str, sequence: u64) -> Event {
 }
 
 fn writer_options() -> StoreOptions {
-    StoreOptions {
-        log: small_segments(),
-        retention: Retention::DeleteCoveredBySnapshot,
-        snapshots_kept: 1,
-        ..StoreOptions::default()
-    }
+    StoreOptions::new()
+        .log(small_segments())
+        .retention(Retention::DeleteCoveredBySnapshot)
+        .snapshots_kept(1)
 }
 
 /// Counts every event (a host reducer).

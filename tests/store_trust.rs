@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use common::segment_paths;
 use convlog::conversation::{self, ConversationSlice};
 use convlog::log::format::SEGMENT_MAGIC;
-use convlog::log::LogOptions;
 use convlog::model::{ConversationEntry, Event, Role, Timestamp};
 use convlog::storage::FileSystem;
 use convlog::store::snapshot::{self, SnapshotMismatch, SnapshotRejection};
@@ -19,20 +18,11 @@ use convlog::store::{Retention, Store, StoreOptions};
 use convlog::Error;
 
 fn options() -> StoreOptions {
-    StoreOptions {
-        log: LogOptions {
-            segment_bytes_max: 4096,
-            ..LogOptions::default()
-        },
-        ..StoreOptions::default()
-    }
+    StoreOptions::new().segment_bytes_max(4096)
 }
 
 fn compacting() -> StoreOptions {
-    StoreOptions {
-        retention: Retention::DeleteCoveredBySnapshot,
-        ..options()
-    }
+    options().retention(Retention::DeleteCoveredBySnapshot)
 }
 
 fn said(conversation: &str, sequence: u64, text: &str) -> Event {

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use common::segment_paths;
 use convlog::conversation::{self, ConversationSlice};
-use convlog::log::{Durability, LogOptions};
+use convlog::log::Durability;
 use convlog::model::{ConversationEntry, Event, Role, Timestamp};
 use convlog::store::{Retention, Store, StoreOptions};
 use convlog::Error;
@@ -30,15 +30,10 @@ use proptest::prelude::*;
 const CASES: u32 = 96;
 
 fn options() -> StoreOptions {
-    StoreOptions {
-        log: LogOptions {
-            segment_bytes_max: 4096,
-            durability: Durability::None,
-            ..LogOptions::default()
-        },
-        retention: Retention::DeleteCoveredBySnapshot,
-        ..StoreOptions::default()
-    }
+    StoreOptions::new()
+        .segment_bytes_max(4096)
+        .durability(Durability::None)
+        .retention(Retention::DeleteCoveredBySnapshot)
 }
 
 fn event(index: u64) -> Event {

@@ -8,10 +8,7 @@ use convlog::log::{Durability, Log, LogOptions};
 use libfuzzer_sys::fuzz_target;
 
 fn options() -> LogOptions {
-    LogOptions {
-        segment_bytes_max: 4096,
-        ..LogOptions::default()
-    }
+    LogOptions::new().segment_bytes_max(4096)
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -14,7 +14,12 @@ use super::timeline::{CallView, EvaluationView, MessageView, Timeline, TrimmedTe
 use crate::model::{Role, Timestamp, ToolStatus};
 
 /// What [`write_html`] adds around the timeline.
+///
+/// A builder, so a new option never breaks a host: start from `new()` (the
+/// defaults) and chain a setter per option, each named as the field it
+/// sets; the fields stay public for reading.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HtmlOptions {
     /// The page title (default: `convlog · <conversation id>`).
     pub title: Option<String>,
@@ -24,6 +29,31 @@ pub struct HtmlOptions {
     /// When the page was made, shown in its metadata (the library reads no
     /// clock; the CLI passes `Timestamp::now()`).
     pub generated_at: Option<Timestamp>,
+}
+
+impl HtmlOptions {
+    /// No title (the default one), no store, no time.
+    pub fn new() -> HtmlOptions {
+        HtmlOptions::default()
+    }
+
+    /// Sets the page title (`None`: `convlog · <conversation id>`).
+    pub fn title(mut self, title: Option<String>) -> HtmlOptions {
+        self.title = title;
+        self
+    }
+
+    /// Sets the store shown in the page's metadata.
+    pub fn store(mut self, store: Option<String>) -> HtmlOptions {
+        self.store = store;
+        self
+    }
+
+    /// Sets when the page was made, shown in its metadata.
+    pub fn generated_at(mut self, generated_at: Option<Timestamp>) -> HtmlOptions {
+        self.generated_at = generated_at;
+        self
+    }
 }
 
 /// Arguments longer than this many characters are folded in `<details>`.

@@ -39,7 +39,12 @@ pub enum TailStart {
 }
 
 /// What [`tail()`] prints and when it stops.
+///
+/// A builder, so a new option never breaks a host: start from `new()` (the
+/// defaults) and chain a setter per option, each named as the field it
+/// sets; the fields stay public for reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TailOptions {
     /// Where to start.
     pub start: TailStart,
@@ -71,6 +76,57 @@ impl Default for TailOptions {
             idle_timeout: None,
             poll_interval: Duration::from_millis(200),
         }
+    }
+}
+
+impl TailOptions {
+    /// The last 10 events as summaries, not following, no other bound.
+    pub fn new() -> TailOptions {
+        TailOptions::default()
+    }
+
+    /// Sets where to start.
+    pub fn start(mut self, start: TailStart) -> TailOptions {
+        self.start = start;
+        self
+    }
+
+    /// Sets whether tail keeps waiting for new events at the end of the log.
+    pub fn follow(mut self, follow: bool) -> TailOptions {
+        self.follow = follow;
+        self
+    }
+
+    /// Sets how each event is printed.
+    pub fn format(mut self, format: TailFormat) -> TailOptions {
+        self.format = format;
+        self
+    }
+
+    /// Sets the one conversation whose events are printed (`None`: all).
+    pub fn conversation(mut self, conversation: Option<String>) -> TailOptions {
+        self.conversation = conversation;
+        self
+    }
+
+    /// Sets after how many printed events tail stops (`None`: no bound).
+    pub fn max_events(mut self, max_events: Option<u64>) -> TailOptions {
+        self.max_events = max_events;
+        self
+    }
+
+    /// Sets how long, when following, tail waits for a new event before it
+    /// stops (`None`: forever).
+    pub fn idle_timeout(mut self, idle_timeout: Option<Duration>) -> TailOptions {
+        self.idle_timeout = idle_timeout;
+        self
+    }
+
+    /// Sets how long one wait for new events lasts, when following, before
+    /// the stop condition is checked again.
+    pub fn poll_interval(mut self, poll_interval: Duration) -> TailOptions {
+        self.poll_interval = poll_interval;
+        self
     }
 }
 

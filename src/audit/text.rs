@@ -7,7 +7,12 @@ use super::timeline::{CallCounts, CallView, MessageView, StoreOverview, Timeline
 use crate::model::{Role, ToolStatus};
 
 /// How [`write_timeline_text_with`] renders.
+///
+/// A builder, so a new option never breaks a host: start from `new()` (the
+/// defaults) and chain a setter per option, each named as the field it
+/// sets; the fields stay public for reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TextOptions {
     /// Use ANSI colour escapes (for a terminal). Without it the output has
     /// no escape sequence at all, not even from recorded content.
@@ -26,6 +31,31 @@ impl Default for TextOptions {
             width: 100,
             show_reasoning: false,
         }
+    }
+}
+
+impl TextOptions {
+    /// Plain, 100 columns, reasoning hidden.
+    pub fn new() -> TextOptions {
+        TextOptions::default()
+    }
+
+    /// Sets whether ANSI colour escapes are used.
+    pub fn color(mut self, color: bool) -> TextOptions {
+        self.color = color;
+        self
+    }
+
+    /// Sets the columns lines are fitted into.
+    pub fn width(mut self, width: usize) -> TextOptions {
+        self.width = width;
+        self
+    }
+
+    /// Sets whether reasoning text is shown (otherwise only its length).
+    pub fn show_reasoning(mut self, show_reasoning: bool) -> TextOptions {
+        self.show_reasoning = show_reasoning;
+        self
     }
 }
 

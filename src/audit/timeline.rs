@@ -22,7 +22,12 @@ pub const TEXT_CHARS_DEFAULT: usize = 2_000;
 pub const TEXT_CHARS_HTML: usize = 100_000;
 
 /// How a [`Timeline`] is built.
+///
+/// A builder, so a new option never breaks a host: start from `new()` (the
+/// defaults) and chain a setter per option, each named as the field it
+/// sets; the fields stay public for reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TimelineOptions {
     /// Most characters kept of each text field (content, reasoning,
     /// arguments, errors, metadata values); `None` keeps them whole.
@@ -39,6 +44,17 @@ impl Default for TimelineOptions {
 }
 
 impl TimelineOptions {
+    /// Text fields cut at [`TEXT_CHARS_DEFAULT`] characters.
+    pub fn new() -> TimelineOptions {
+        TimelineOptions::default()
+    }
+
+    /// Sets the most characters kept of each text field (`None`: whole).
+    pub fn text_chars(mut self, text_chars: Option<usize>) -> TimelineOptions {
+        self.text_chars = text_chars;
+        self
+    }
+
     /// Every text field whole.
     pub fn full() -> TimelineOptions {
         TimelineOptions { text_chars: None }

@@ -33,7 +33,12 @@ impl<E: TokenEstimator + ?Sized> TokenEstimator for &E {
 /// per token is the usual rule of thumb for English with GPT- and
 /// Claude-style tokenizers; the overheads stand for role markers and the
 /// structure a provider wraps around each message and call.
+///
+/// A builder, so a new setting never breaks a host: start from `new()` (the
+/// defaults) and chain a setter per setting, each named as the field it
+/// sets; the fields stay public for reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ApproximateTokens {
     /// Bytes of UTF-8 text per token (at least 1).
     pub bytes_per_token: u64,
@@ -50,6 +55,31 @@ impl Default for ApproximateTokens {
             message_overhead: 4,
             call_overhead: 8,
         }
+    }
+}
+
+impl ApproximateTokens {
+    /// 4 bytes per token, 4 tokens per entry, 8 per tool call.
+    pub fn new() -> ApproximateTokens {
+        ApproximateTokens::default()
+    }
+
+    /// Sets the bytes of UTF-8 text per token (0 counts as 1).
+    pub fn bytes_per_token(mut self, bytes_per_token: u64) -> ApproximateTokens {
+        self.bytes_per_token = bytes_per_token;
+        self
+    }
+
+    /// Sets the tokens added for every entry.
+    pub fn message_overhead(mut self, message_overhead: u64) -> ApproximateTokens {
+        self.message_overhead = message_overhead;
+        self
+    }
+
+    /// Sets the tokens added for every tool call.
+    pub fn call_overhead(mut self, call_overhead: u64) -> ApproximateTokens {
+        self.call_overhead = call_overhead;
+        self
     }
 }
 

@@ -104,8 +104,38 @@ pub enum Durability {
     None,
 }
 
-/// Options for opening a [`Log`].
+/// Options for opening a [`Log`]: a builder, so a new option never breaks a
+/// host.
+///
+/// Start from [`LogOptions::new`] (the defaults) and chain a setter per
+/// option, each named as the field it sets; the fields stay public for
+/// reading. A [`crate::Store`] takes the common ones directly
+/// (`StoreOptions::new().durability(..)`), and these through
+/// `StoreOptions::log`.
+///
+/// ```
+/// use convlog::log::{Durability, Log, LogOptions};
+///
+/// # fn main() -> convlog::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let options = LogOptions::new()
+///     .durability(Durability::Sync)
+///     .segment_bytes_max(1 << 20)
+///     .pipelined(true);
+/// let log = Log::open(dir.path(), options)?;
+/// assert_eq!(log.durability(), Durability::Sync);
+/// # Ok(()) }
+/// ```
+///
+/// Which sealed segments opening checks only by header is not a host
+/// option (the store's open sets it from its snapshot):
+///
+/// ```compile_fail,E0616
+/// let options = convlog::log::LogOptions::new();
+/// let _ = options.full_check_from_lsn;
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct LogOptions {
     /// Default durability of appends (`append_with` overrides it per call).
     pub durability: Durability,
@@ -123,7 +153,8 @@ pub struct LogOptions {
     pub salvage: bool,
     /// Sealed segments whose events all precede this LSN are checked by
     /// header only on open (a snapshot covers them). Default 1: check all.
-    pub full_check_from_lsn: Lsn,
+    /// Not a host option: the store's open sets it from its snapshot.
+    pub(crate) full_check_from_lsn: Lsn,
     /// Create the store in an existing directory that holds other files.
     /// Off by default: a store is created only in a missing or empty
     /// directory, and any other directory that is not already a store fails
@@ -149,6 +180,63 @@ impl Default for LogOptions {
 }
 
 impl LogOptions {
+    /// The defaults: [`Durability::Group`], segments of 64 MiB
+    /// (`SEGMENT_BYTES_DEFAULT`), no group commit delay, not
+    /// pipelined, no salvage, only in a missing or empty directory, on the
+    /// real file system.
+    pub fn new() -> LogOptions {
+        LogOptions::default()
+    }
+
+    /// Sets the default durability of appends (`append_with` overrides it
+    /// per call).
+    pub fn durability(mut self, durability: Durability) -> LogOptions {
+        self.durability = durability;
+        self
+    }
+
+    /// Sets the size segments roll at: from 4 KiB (`SEGMENT_BYTES_MIN`) to
+    /// 1 GiB (`SEGMENT_BYTES_LIMIT`), checked on open
+    /// ([`Error::InvalidArgument`]).
+    pub fn segment_bytes_max(mut self, segment_bytes_max: u64) -> LogOptions {
+        self.segment_bytes_max = segment_bytes_max;
+        self
+    }
+
+    /// Sets how long a group commit's leader waits for more appenders
+    /// before writing (`None`: it writes at once).
+    pub fn group_commit_delay(mut self, group_commit_delay: Option<Duration>) -> LogOptions {
+        self.group_commit_delay = group_commit_delay;
+        self
+    }
+
+    /// Sets whether the next group's write overlaps the current group's
+    /// fsync.
+    pub fn pipelined(mut self, pipelined: bool) -> LogOptions {
+        self.pipelined = pipelined;
+        self
+    }
+
+    /// Sets whether opening keeps what precedes damage (moving the rest into
+    /// `quarantine/`) instead of failing.
+    pub fn salvage(mut self, salvage: bool) -> LogOptions {
+        self.salvage = salvage;
+        self
+    }
+
+    /// Sets whether the store may be created in an existing directory that
+    /// holds other files.
+    pub fn create_in_nonempty_dir(mut self, create_in_nonempty_dir: bool) -> LogOptions {
+        self.create_in_nonempty_dir = create_in_nonempty_dir;
+        self
+    }
+
+    /// Sets the storage the log lives on (the real file system by default).
+    pub fn storage(mut self, storage: Arc<dyn Storage>) -> LogOptions {
+        self.storage = storage;
+        self
+    }
+
     fn check(&self) -> Result<()> {
         if !(format::SEGMENT_BYTES_MIN..=format::SEGMENT_BYTES_LIMIT)
             .contains(&self.segment_bytes_max)

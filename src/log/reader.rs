@@ -469,8 +469,11 @@ impl Source {
     }
 }
 
-/// Options of a read-only opener.
+/// Options of a read-only opener: a builder ([`ReaderOptions::new`], one
+/// setter per field, named as the field; the fields stay public for
+/// reading), so a new option never breaks a host.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ReaderOptions {
     /// Stop quietly at the first damage instead of returning
     /// `Error::Corrupted`: everything before the damage stays readable.
@@ -485,6 +488,26 @@ impl Default for ReaderOptions {
             salvage: false,
             storage: Arc::new(FileSystem),
         }
+    }
+}
+
+impl ReaderOptions {
+    /// The defaults: no salvage, the real file system.
+    pub fn new() -> ReaderOptions {
+        ReaderOptions::default()
+    }
+
+    /// Sets whether reading stops quietly at the first damage instead of
+    /// returning `Error::Corrupted`.
+    pub fn salvage(mut self, salvage: bool) -> ReaderOptions {
+        self.salvage = salvage;
+        self
+    }
+
+    /// Sets the storage to read through.
+    pub fn storage(mut self, storage: Arc<dyn Storage>) -> ReaderOptions {
+        self.storage = storage;
+        self
     }
 }
 

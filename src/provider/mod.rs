@@ -171,8 +171,10 @@ impl FromStr for PendingCalls {
 }
 
 /// A name to put into the default system prompt in place of a placeholder
-/// ("You are Wolo" becomes "You are CodeHelper").
+/// ("You are Wolo" becomes "You are CodeHelper"). Built with
+/// [`DisplayName::new`]; the fields stay public for reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DisplayName {
     /// The text to replace (every occurrence), e.g. `Wolo`.
     pub placeholder: String,
@@ -180,8 +182,35 @@ pub struct DisplayName {
     pub name: String,
 }
 
-/// How [`render`] rebuilds a request.
+impl DisplayName {
+    /// Replaces every `placeholder` (e.g. `Wolo`) by `name` (e.g.
+    /// `CodeHelper`).
+    pub fn new(placeholder: impl Into<String>, name: impl Into<String>) -> DisplayName {
+        DisplayName {
+            placeholder: placeholder.into(),
+            name: name.into(),
+        }
+    }
+}
+
+/// How [`render`] rebuilds a request: a builder, so a new option never
+/// breaks a host.
+///
+/// Start from [`RenderOptions::new`] (the defaults) and chain a setter per
+/// option, each named as the field it sets; the fields stay public for
+/// reading.
+///
+/// ```
+/// use convlog::provider::{DisplayName, PendingCalls, RenderOptions};
+///
+/// let options = RenderOptions::new()
+///     .pending(PendingCalls::SyntheticError)
+///     .default_system_prompt(Some("You are Wolo.".to_string()))
+///     .display_name(Some(DisplayName::new("Wolo", "CodeHelper")));
+/// assert!(options.include_reasoning);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RenderOptions {
     /// Unfinished calls: dropped (default) or answered with an error.
     pub pending: PendingCalls,
@@ -202,6 +231,39 @@ impl Default for RenderOptions {
             display_name: None,
             include_reasoning: true,
         }
+    }
+}
+
+impl RenderOptions {
+    /// The defaults: unfinished calls dropped, no default system prompt, no
+    /// display name, reasoning included.
+    pub fn new() -> RenderOptions {
+        RenderOptions::default()
+    }
+
+    /// Sets what happens to unfinished calls.
+    pub fn pending(mut self, pending: PendingCalls) -> RenderOptions {
+        self.pending = pending;
+        self
+    }
+
+    /// Sets the system prompt injected when the entries hold no system
+    /// entry with text.
+    pub fn default_system_prompt(mut self, default_system_prompt: Option<String>) -> RenderOptions {
+        self.default_system_prompt = default_system_prompt;
+        self
+    }
+
+    /// Sets the replacement applied to the injected default system prompt.
+    pub fn display_name(mut self, display_name: Option<DisplayName>) -> RenderOptions {
+        self.display_name = display_name;
+        self
+    }
+
+    /// Sets whether reasoning is passed back where the provider accepts it.
+    pub fn include_reasoning(mut self, include_reasoning: bool) -> RenderOptions {
+        self.include_reasoning = include_reasoning;
+        self
     }
 }
 

@@ -63,8 +63,42 @@ pub enum Retention {
     DeleteCoveredBySnapshot,
 }
 
-/// Options for opening a [`Store`].
+/// Options for opening a [`Store`]: a builder, so a new option never breaks
+/// a host.
+///
+/// Start from [`StoreOptions::new`] (the defaults) and chain a setter per
+/// option; each setter is named as the field it sets. The fields stay public
+/// for reading (`options.retention`, `options.log.durability`). The log's
+/// common settings are set here directly; the rest through
+/// [`StoreOptions::log`].
+///
+/// ```
+/// use convlog::store::{Retention, Store, StoreOptions};
+/// use convlog::Durability;
+///
+/// # fn main() -> convlog::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let options = StoreOptions::new()
+///     .durability(Durability::Sync)
+///     .segment_bytes_max(1 << 20)
+///     .snapshot_every_events(Some(10_000))
+///     .retention(Retention::DeleteCoveredBySnapshot);
+/// let store = Store::open(dir.path(), options)?;
+/// assert_eq!(store.log().durability(), Durability::Sync);
+/// # Ok(()) }
+/// ```
+///
+/// The struct is `#[non_exhaustive]`: outside convlog it cannot be written
+/// as a struct literal, so adding an option is not a breaking change.
+///
+/// ```compile_fail,E0639
+/// let options = convlog::StoreOptions {
+///     snapshots_kept: 3,
+///     ..convlog::StoreOptions::default()
+/// };
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct StoreOptions {
     /// Options of the underlying log (durability, segment size, storage).
     pub log: LogOptions,
@@ -89,6 +123,89 @@ impl Default for StoreOptions {
             retention: Retention::KeepAll,
             snapshots_kept: 2,
         }
+    }
+}
+
+impl StoreOptions {
+    /// The defaults: the log's defaults ([`LogOptions::new`]), no automatic
+    /// snapshot, [`Retention::KeepAll`], 2 snapshots kept.
+    pub fn new() -> StoreOptions {
+        StoreOptions::default()
+    }
+
+    /// Sets every option of the underlying log at once (replacing what the
+    /// log setters below set before: call it first).
+    pub fn log(mut self, log: LogOptions) -> StoreOptions {
+        self.log = log;
+        self
+    }
+
+    /// Sets the default durability of appends ([`LogOptions::durability`]).
+    pub fn durability(mut self, durability: Durability) -> StoreOptions {
+        self.log.durability = durability;
+        self
+    }
+
+    /// Sets the size segments roll at ([`LogOptions::segment_bytes_max`]).
+    pub fn segment_bytes_max(mut self, segment_bytes_max: u64) -> StoreOptions {
+        self.log.segment_bytes_max = segment_bytes_max;
+        self
+    }
+
+    /// Sets the storage the store lives on ([`LogOptions::storage`]).
+    pub fn storage(mut self, storage: Arc<dyn crate::storage::Storage>) -> StoreOptions {
+        self.log.storage = storage;
+        self
+    }
+
+    /// Sets how long a group commit waits for more appenders
+    /// ([`LogOptions::group_commit_delay`]).
+    pub fn group_commit_delay(
+        mut self,
+        group_commit_delay: Option<std::time::Duration>,
+    ) -> StoreOptions {
+        self.log.group_commit_delay = group_commit_delay;
+        self
+    }
+
+    /// Sets whether opening keeps what precedes damage instead of failing
+    /// ([`LogOptions::salvage`]).
+    pub fn salvage(mut self, salvage: bool) -> StoreOptions {
+        self.log.salvage = salvage;
+        self
+    }
+
+    /// Sets whether the store may be created in a directory holding other
+    /// files ([`LogOptions::create_in_nonempty_dir`]).
+    pub fn create_in_nonempty_dir(mut self, create_in_nonempty_dir: bool) -> StoreOptions {
+        self.log.create_in_nonempty_dir = create_in_nonempty_dir;
+        self
+    }
+
+    /// Sets after how many events since the last snapshot a snapshot is
+    /// taken automatically (`None`: never by count).
+    pub fn snapshot_every_events(mut self, snapshot_every_events: Option<u64>) -> StoreOptions {
+        self.snapshot_every_events = snapshot_every_events;
+        self
+    }
+
+    /// Sets after how many payload bytes since the last snapshot a snapshot
+    /// is taken automatically (`None`: never by size).
+    pub fn snapshot_every_bytes(mut self, snapshot_every_bytes: Option<u64>) -> StoreOptions {
+        self.snapshot_every_bytes = snapshot_every_bytes;
+        self
+    }
+
+    /// Sets what [`Store::compact`] may delete.
+    pub fn retention(mut self, retention: Retention) -> StoreOptions {
+        self.retention = retention;
+        self
+    }
+
+    /// Sets how many snapshot files to keep (the newest; 0 counts as 1).
+    pub fn snapshots_kept(mut self, snapshots_kept: usize) -> StoreOptions {
+        self.snapshots_kept = snapshots_kept;
+        self
     }
 }
 

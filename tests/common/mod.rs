@@ -29,10 +29,7 @@ pub fn read_all(dir: &Path) -> Vec<Record> {
 
 /// Options with tiny segments, so tests cross segment boundaries.
 pub fn small_segments() -> LogOptions {
-    LogOptions {
-        segment_bytes_max: 4096,
-        ..LogOptions::default()
-    }
+    LogOptions::new().segment_bytes_max(4096)
 }
 
 /// A deterministic pseudo-random generator (xorshift64*), for tests that

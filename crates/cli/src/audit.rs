@@ -93,19 +93,17 @@ pub fn tail(
     conversation: Option<String>,
 ) -> Result<(), Failure> {
     crate::commands::existing_store(dir)?;
-    let options = TailOptions {
-        start: TailStart::Last(usize::try_from(last).unwrap_or(usize::MAX)),
-        follow,
-        format: if json {
+    let options = TailOptions::new()
+        .start(TailStart::Last(usize::try_from(last).unwrap_or(usize::MAX)))
+        .follow(follow)
+        .format(if json {
             TailFormat::Json
         } else {
             TailFormat::Summary {
                 color: std::io::stdout().is_terminal(),
             }
-        },
-        conversation,
-        ..TailOptions::default()
-    };
+        })
+        .conversation(conversation);
     let mut out = std::io::stdout().lock();
     audit::tail(dir, &mut out, &options, &mut || false)?;
     Ok(())
@@ -119,11 +117,9 @@ pub fn export_html(dir: &Path, conversation: &str) -> Result<(), Failure> {
     let timeline = view.and_then(|view| view.timeline(conversation, &TimelineOptions::for_html()));
     bar.finish_and_clear();
     let timeline = timeline?;
-    let options = HtmlOptions {
-        title: None,
-        store: Some(dir.display().to_string()),
-        generated_at: Some(Timestamp::now()),
-    };
+    let options = HtmlOptions::new()
+        .store(Some(dir.display().to_string()))
+        .generated_at(Some(Timestamp::now()));
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     audit::write_html(&mut out, &timeline, &options)
         .and_then(|()| out.flush())

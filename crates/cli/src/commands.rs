@@ -9,7 +9,6 @@ use std::path::Path;
 
 use convlog::control::{ContextsReducer, ControlError};
 use convlog::json::{self, LineError};
-use convlog::log::LogOptions;
 use convlog::log::LogReader;
 use convlog::provider::ProviderError;
 use convlog::store::{Retention, StoreBuilder, StoreOptions};
@@ -243,14 +242,9 @@ pub fn lsn_range(first_lsn: u64, next_lsn: u64) -> String {
 pub fn append(dir: &Path, durability: Durability, create_in_nonempty: bool) -> Result<(), Failure> {
     let store = open_store(
         dir,
-        StoreOptions {
-            log: LogOptions {
-                durability,
-                create_in_nonempty_dir: create_in_nonempty,
-                ..LogOptions::default()
-            },
-            ..StoreOptions::default()
-        },
+        StoreOptions::new()
+            .durability(durability)
+            .create_in_nonempty_dir(create_in_nonempty),
     )?;
     let mut sequences = SequenceCache::default();
     let mut input = std::io::stdin().lock();
@@ -623,13 +617,7 @@ pub fn compact(dir: &Path, delete_covered: bool) -> Result<(), Failure> {
     } else {
         Retention::KeepAll
     };
-    let store = open_store(
-        dir,
-        StoreOptions {
-            retention,
-            ..StoreOptions::default()
-        },
-    )?;
+    let store = open_store(dir, StoreOptions::new().retention(retention))?;
     let bar = spinner("compacting");
     let report = store.compact();
     bar.finish_and_clear();

@@ -77,8 +77,7 @@ fn principal(as_user: Option<String>) -> Principal {
 
 /// Message control over the store at `dir`.
 fn control(dir: &Path, create_in_nonempty: bool) -> Result<MessageControl, Failure> {
-    let mut options = StoreOptions::default();
-    options.log.create_in_nonempty_dir = create_in_nonempty;
+    let options = StoreOptions::new().create_in_nonempty_dir(create_in_nonempty);
     Ok(MessageControl::new(Arc::new(open_store(dir, options)?)))
 }
 

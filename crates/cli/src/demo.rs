@@ -287,13 +287,7 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
     println!("\n2. Killed the host with SIGKILL while call_{SLOW_CITY} was running.\n");
 
     let store = Store::open(&dir, StoreOptions::default())?;
-    let state = store.resume(
-        CONVERSATION,
-        &ResumeOptions {
-            evaluation_id: None,
-            prompt: Some(prompt()),
-        },
-    )?;
+    let state = store.resume(CONVERSATION, &ResumeOptions::new().prompt(Some(prompt())))?;
     println!(
         "3. A new host opens the store and resumes {} (prompt {} checked):",
         state.evaluation_id,

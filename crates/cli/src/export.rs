@@ -167,10 +167,7 @@ fn export_request(
     entries: &[ConversationEntry],
     pending: PendingCalls,
 ) -> Result<(), Failure> {
-    let options = RenderOptions {
-        pending,
-        ..RenderOptions::default()
-    };
+    let options = RenderOptions::new().pending(pending);
     let request = provider::render(provider, entries, &options)?;
     if !request.unfinished_calls.is_empty() {
         let what = match pending {

@@ -84,10 +84,9 @@ pub fn resume(
     let store = crate::commands::open_store_read_only(dir)?;
     let state = store.resume(
         conversation,
-        &ResumeOptions {
-            evaluation_id: evaluation,
-            prompt,
-        },
+        &ResumeOptions::new()
+            .evaluation_id(evaluation)
+            .prompt(prompt),
     )?;
     print_json(&Report {
         conversation_id: &state.conversation_id,

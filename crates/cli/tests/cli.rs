@@ -252,13 +252,7 @@ fn dump_filters_by_conversation_and_starts_at_from() {
 
 /// A store written by the library with 4 KiB segments: several sealed ones.
 fn small_segment_store(dir: &Path, events: usize) -> Vec<PathBuf> {
-    let options = StoreOptions {
-        log: LogOptions {
-            segment_bytes_max: 4096,
-            ..LogOptions::default()
-        },
-        ..StoreOptions::default()
-    };
+    let options = StoreOptions::new().segment_bytes_max(4096);
     let store = Store::open(dir, options).unwrap();
     for index in 0..events {
         let entry = ConversationEntry::new(

@@ -285,10 +285,7 @@ fn library_render(
 ) -> Value {
     let store = Store::open(store, StoreOptions::default()).unwrap();
     let slice = store.conversation(conversation).unwrap();
-    let options = RenderOptions {
-        pending,
-        ..RenderOptions::default()
-    };
+    let options = RenderOptions::new().pending(pending);
     provider::render(provider, slice.entries(), &options)
         .unwrap()
         .body()
@@ -932,13 +929,7 @@ fn every_conversation_subcommand_help_shows_an_example() {
 /// Appends `count` user entries to conversation `filler` through the
 /// library with 4 KiB segments, so the log rolls to new segments.
 fn fill_with_small_segments(store: &Path, count: u64) {
-    let options = StoreOptions {
-        log: convlog::log::LogOptions {
-            segment_bytes_max: 4096,
-            ..convlog::log::LogOptions::default()
-        },
-        ..StoreOptions::default()
-    };
+    let options = StoreOptions::new().segment_bytes_max(4096);
     let store = Store::open(store, options).unwrap();
     for index in 0..count {
         let entry = ConversationEntry::new(

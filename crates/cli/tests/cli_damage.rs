@@ -132,14 +132,9 @@ fn dump_from_an_lsn_compaction_deleted_names_the_gap() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     {
-        let options = convlog::StoreOptions {
-            log: convlog::log::LogOptions {
-                segment_bytes_max: 4096,
-                ..convlog::log::LogOptions::default()
-            },
-            retention: convlog::store::Retention::DeleteCoveredBySnapshot,
-            ..convlog::StoreOptions::default()
-        };
+        let options = convlog::StoreOptions::new()
+            .segment_bytes_max(4096)
+            .retention(convlog::store::Retention::DeleteCoveredBySnapshot);
         let writer = convlog::Store::open(&store, options).unwrap();
         for index in 0..100 {
             let entry = convlog::ConversationEntry::new(

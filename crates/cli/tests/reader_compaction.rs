@@ -29,11 +29,9 @@ fn entry(index: u64) -> convlog::Event {
 }
 
 fn store_options() -> StoreOptions {
-    StoreOptions {
-        log: small_segments(),
-        retention: Retention::DeleteCoveredBySnapshot,
-        ..StoreOptions::default()
-    }
+    StoreOptions::new()
+        .log(small_segments())
+        .retention(Retention::DeleteCoveredBySnapshot)
 }
 
 /// A store of `EVENTS` events over many small segments.

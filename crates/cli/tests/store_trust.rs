@@ -8,19 +8,12 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::segment_paths;
-use convlog::log::LogOptions;
 use convlog::model::{ConversationEntry, Event, Role, Timestamp};
 use convlog::store::snapshot;
 use convlog::store::{Store, StoreOptions};
 
 fn options() -> StoreOptions {
-    StoreOptions {
-        log: LogOptions {
-            segment_bytes_max: 4096,
-            ..LogOptions::default()
-        },
-        ..StoreOptions::default()
-    }
+    StoreOptions::new().segment_bytes_max(4096)
 }
 
 fn said(conversation: &str, sequence: u64, text: &str) -> Event {

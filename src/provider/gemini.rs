@@ -30,7 +30,7 @@ use serde_json::{json, Map, Value};
 use super::build::{message_list, optional_string, string_field, Builder, CallRef, Parsed};
 use super::layout::{self, Extras, Piece};
 use super::plan::{Answer, Plan, Step};
-use super::{has_text, Provider, ProviderError, RenderOptions, LEADING_USER_TEXT};
+use super::{has_text, Provider, RenderOptions, LEADING_USER_TEXT};
 use crate::model::Reasoning;
 
 const SIGNATURE: &str = "thoughtSignature";
@@ -196,7 +196,7 @@ fn push(turns: &mut Vec<(&'static str, Vec<Value>)>, role: &'static str, parts: 
     }
 }
 
-pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> Result<(), ProviderError> {
+pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> crate::Result<()> {
     let system = value
         .get("system_instruction")
         .or_else(|| value.get("systemInstruction"));
@@ -233,22 +233,18 @@ fn parts_of<'v>(
     builder: &Builder<'_>,
     content: &'v Value,
     path: &str,
-) -> Result<&'v [Value], ProviderError> {
+) -> crate::Result<&'v [Value]> {
     match content.get("parts") {
         Some(Value::Array(parts)) => Ok(parts),
         _ => Err(builder.malformed(format!("{path}.parts"), "is not an array")),
     }
 }
 
-fn signature(
-    builder: &Builder<'_>,
-    part: &Value,
-    path: &str,
-) -> Result<Option<String>, ProviderError> {
+fn signature(builder: &Builder<'_>, part: &Value, path: &str) -> crate::Result<Option<String>> {
     Ok(optional_string(builder, part, SIGNATURE, path)?.map(str::to_string))
 }
 
-fn user(builder: &mut Builder<'_>, parts: &[Value], path: &str) -> Result<(), ProviderError> {
+fn user(builder: &mut Builder<'_>, parts: &[Value], path: &str) -> crate::Result<()> {
     let mut texts: Vec<(String, Extras)> = Vec::new();
     for (index, part) in parts.iter().enumerate() {
         let part_path = format!("{path}.parts[{index}]");
@@ -309,11 +305,7 @@ fn user(builder: &mut Builder<'_>, parts: &[Value], path: &str) -> Result<(), Pr
     Ok(())
 }
 
-fn model_parts(
-    builder: &Builder<'_>,
-    parts: &[Value],
-    path: &str,
-) -> Result<Vec<Parsed>, ProviderError> {
+fn model_parts(builder: &Builder<'_>, parts: &[Value], path: &str) -> crate::Result<Vec<Parsed>> {
     let mut parsed = Vec::new();
     for (index, part) in parts.iter().enumerate() {
         let part_path = format!("{path}.parts[{index}]");

@@ -36,8 +36,8 @@ use crate::conversation::{CallResults, ResultUse};
 use crate::model::{ConversationEntry, Role, ToolCall, ToolStatus};
 
 use super::{
-    has_text, PendingCalls, ProviderError, RenderOptions, SkipReason, SkippedResult,
-    FAILED_WITHOUT_ERROR_TEXT, INTERRUPTED_TEXT, RESULT_NOT_RECORDED_TEXT,
+    has_text, PendingCalls, RenderOptions, SkipReason, SkippedResult, FAILED_WITHOUT_ERROR_TEXT,
+    INTERRUPTED_TEXT, RESULT_NOT_RECORDED_TEXT,
 };
 
 /// The answer sent for one kept call.
@@ -76,7 +76,7 @@ pub(crate) struct Plan<'a> {
 pub(crate) fn plan<'a>(
     entries: &[&'a ConversationEntry],
     options: &RenderOptions,
-) -> Result<Plan<'a>, ProviderError> {
+) -> crate::Result<Plan<'a>> {
     // Rule 1: which entry holds each call.
     let mut holder: HashMap<&str, usize> = HashMap::new();
     for (index, entry) in entries.iter().enumerate() {
@@ -85,10 +85,10 @@ pub(crate) fn plan<'a>(
         }
         for call in &entry.tool_calls {
             if let Some(first) = holder.insert(call.call_id.as_str(), index) {
-                return Err(ProviderError::DuplicateCallId {
+                return Err(crate::Error::DuplicateCallId {
                     call_id: call.call_id.clone(),
-                    first: entries[first].sequence,
-                    second: entry.sequence,
+                    first_sequence: entries[first].sequence,
+                    second_sequence: entry.sequence,
                 });
             }
         }

@@ -273,6 +273,17 @@ pub enum Error {
         attempts: usize,
     },
 
+    /// A curation spec ([`crate::history::parse_curation`]) with an item
+    /// that is not `key=value`, a value that is not a count, or an unknown
+    /// key.
+    #[error("{reason}")]
+    InvalidCuration {
+        /// The item at fault (`window=lots`).
+        item: String,
+        /// What is wrong, naming the item's key or text.
+        reason: String,
+    },
+
     /// An input line of JSON events (`docs/events.md`) was rejected.
     #[error("line {line}: {}{reason}", match .field { Some(field) => format!("{field}: "), None => String::new() })]
     InvalidLine {
@@ -515,6 +526,7 @@ pub enum Error {
 ///         Error::LimitExceeded { .. } => "LimitExceeded",
 ///         Error::EmptyBatch => "EmptyBatch",
 ///         Error::InvalidOption { .. } => "InvalidOption",
+///         Error::InvalidCuration { .. } => "InvalidCuration",
 ///         Error::EvaluationNotFound { .. } => "EvaluationNotFound",
 ///         Error::PositionNotFound { .. } => "PositionNotFound",
 ///         Error::JsonEncode { .. } => "JsonEncode",
@@ -600,6 +612,31 @@ impl Error {
             operation,
             path,
             source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The `compile_fail` doctest proves that a match needs a wildcard only
+    /// if it names every variant: keep its list whole.
+    #[test]
+    fn the_non_exhaustive_doctest_names_every_variant() {
+        let source = include_str!("error.rs");
+        let start = source.find("pub enum Error {").expect("the enum");
+        let end = start + source[start..].find("\n}\n").expect("its end");
+        let variants: Vec<&str> = source[start..end]
+            .lines()
+            .filter_map(|line| line.strip_prefix("    "))
+            .filter(|line| line.starts_with(|c: char| c.is_ascii_uppercase()))
+            .filter_map(|line| line.split([' ', ',', '{', '(']).next())
+            .collect();
+        assert!(variants.len() > 40, "{variants:?}");
+        for variant in variants {
+            assert!(
+                source.contains(&format!("///         Error::{variant} ")),
+                "the compile_fail doctest does not name Error::{variant}"
+            );
         }
     }
 }

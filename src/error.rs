@@ -369,7 +369,7 @@ pub enum Error {
     /// Message control: tool responses name calls that neither the list
     /// nor the conversation has open. The text is fixed; call ids are
     /// listed like a Python list (`['call_1']`).
-    #[error("Tool responses found without corresponding tool calls: {}", crate::control::error::python_list(.call_ids))]
+    #[error("Tool responses found without corresponding tool calls: {}", python_list(.call_ids))]
     ResponsesWithoutCalls {
         /// Their call ids, in list order.
         call_ids: Vec<String>,
@@ -385,7 +385,7 @@ pub enum Error {
 
     /// Message control: tool calls of the list that no later response in
     /// it answers. The text is fixed.
-    #[error("Tool calls found without corresponding responses: {}", crate::control::error::python_list(.call_ids))]
+    #[error("Tool calls found without corresponding responses: {}", python_list(.call_ids))]
     CallsWithoutResponses {
         /// Their call ids, in list order.
         call_ids: Vec<String>,
@@ -395,7 +395,7 @@ pub enum Error {
     /// (unanswered) already uses, in the list or in the conversation: a
     /// response could not tell the two calls apart. (Checked before the
     /// three pairing rules.) The text is fixed.
-    #[error("Tool call IDs used by two open tool calls: {} (each tool call needs its own ID until it is answered)", crate::control::error::python_list(.call_ids))]
+    #[error("Tool call IDs used by two open tool calls: {} (each tool call needs its own ID until it is answered)", python_list(.call_ids))]
     DuplicateOpenCallIds {
         /// The repeated call ids, in list order of their second use.
         call_ids: Vec<String>,
@@ -588,6 +588,40 @@ fn listing(entries: &[String], total: usize) -> String {
     }
 }
 
+/// `ids` as Python prints a list of strings: `['a', 'b']`.
+fn python_list(ids: &[String]) -> String {
+    let items: Vec<String> = ids.iter().map(|id| python_repr(id)).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// A string as Python's `repr` prints it: single quotes unless the text has
+/// a single quote and no double quote.
+fn python_repr(text: &str) -> String {
+    let quote = if text.contains('\'') && !text.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push(quote);
+    for character in text.chars() {
+        match character {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            _ if character == quote => {
+                out.push('\\');
+                out.push(character);
+            }
+            _ if character.is_control() => out.push_str(&format!("\\x{:02x}", character as u32)),
+            _ => out.push(character),
+        }
+    }
+    out.push(quote);
+    out
+}
+
 /// What to do about a store of another format version.
 fn version_advice(version: u32, supported: u32) -> String {
     if version < supported {
@@ -618,6 +652,27 @@ impl Error {
 
 #[cfg(test)]
 mod tests {
+    use super::python_list;
+
+    #[test]
+    fn lists_print_like_python() {
+        let ids = |items: &[&str]| {
+            items
+                .iter()
+                .map(|item| item.to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(python_list(&ids(&["call_123"])), "['call_123']");
+        assert_eq!(python_list(&ids(&["a", "b"])), "['a', 'b']");
+        assert_eq!(python_list(&ids(&[])), "[]");
+        assert_eq!(python_list(&ids(&["it's"])), "[\"it's\"]");
+        assert_eq!(python_list(&ids(&["a'\"b"])), "['a\\'\"b']");
+        assert_eq!(
+            python_list(&ids(&["back\\slash\n"])),
+            "['back\\\\slash\\n']"
+        );
+    }
+
     /// The `compile_fail` doctest proves that a match needs a wildcard only
     /// if it names every variant: keep its list whole.
     #[test]

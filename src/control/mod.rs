@@ -61,7 +61,6 @@
 //! ```
 
 mod contexts;
-pub(crate) mod error;
 mod generate;
 pub mod message;
 mod validate;

@@ -49,29 +49,6 @@ pub const EVENT_TYPES: [&str; 5] = [
     "custom",
 ];
 
-/// A line that was rejected: where, which field, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LineError {
-    /// The line number (1-based).
-    pub line: u64,
-    /// Path of the field at fault (`entry.role`, `[1].conversation_id`), or
-    /// `None` when the line as a whole is at fault (it is not JSON).
-    pub field: Option<String>,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl fmt::Display for LineError {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.field {
-            Some(field) => write!(formatter, "line {}: {field}: {}", self.line, self.message),
-            None => write!(formatter, "line {}: {}", self.line, self.message),
-        }
-    }
-}
-
-impl std::error::Error for LineError {}
-
 /// Parses one input line into the events it holds, filling defaults with
 /// the current time. A blank line holds none (an empty vector); an object is
 /// one event; an array is one atomic batch.
@@ -84,7 +61,7 @@ pub fn parse_line(
     line: u64,
     text: &str,
     next_sequence: &mut dyn FnMut(&str, &str) -> Result<u64, String>,
-) -> Result<Vec<Event>, LineError> {
+) -> crate::Result<Vec<Event>> {
     parse_line_at(line, text, Timestamp::now(), next_sequence)
 }
 
@@ -94,15 +71,15 @@ pub fn parse_line_at(
     text: &str,
     now: Timestamp,
     next_sequence: &mut dyn FnMut(&str, &str) -> Result<u64, String>,
-) -> Result<Vec<Event>, LineError> {
+) -> crate::Result<Vec<Event>> {
     let text = text.trim();
     if text.is_empty() {
         return Ok(Vec::new());
     }
-    let error = |field: Option<String>, message: String| LineError {
+    let error = |field: Option<String>, reason: String| crate::Error::InvalidLine {
         line,
         field,
-        message,
+        reason,
     };
     let value = parse_strict(text).map_err(|(field, message)| error(field, message))?;
     let mut sequences = Sequences {
@@ -161,9 +138,13 @@ pub fn parse_line_at(
 /// One event as a JSON line (no trailing newline): its JSON form
 /// (`docs/events.md`) with an `"lsn"` field first.
 ///
-/// Fails only for times before 1970, which have no RFC 3339 form here.
-pub fn to_json_line(lsn: Lsn, event: &Event) -> Result<String, serde_json::Error> {
-    let json = serde_json::to_string(event)?;
+/// Fails only for times before 1970, which have no RFC 3339 form here
+/// ([`crate::Error::JsonEncode`]).
+pub fn to_json_line(lsn: Lsn, event: &Event) -> crate::Result<String> {
+    let json = serde_json::to_string(event).map_err(|error| crate::Error::JsonEncode {
+        lsn,
+        reason: error.to_string(),
+    })?;
     // An event always serializes as a non-empty object: `{"type":...}`.
     debug_assert!(json.starts_with("{\"type\""));
     Ok(format!("{{\"{LSN_FIELD}\":{lsn},{}", &json[1..]))
@@ -583,12 +564,43 @@ mod tests {
 
     const NOW: Timestamp = Timestamp(1_795_000_000_123_456);
 
-    fn parse(text: &str) -> Result<Vec<Event>, LineError> {
+    fn parse(text: &str) -> crate::Result<Vec<Event>> {
         parse_line_at(7, text, NOW, &mut |_, _| Ok(0))
     }
 
-    fn error(text: &str) -> LineError {
-        parse(text).expect_err("the line must be rejected")
+    /// An `Error::InvalidLine`, taken apart.
+    struct Rejected {
+        line: u64,
+        field: Option<String>,
+        message: String,
+        error: crate::Error,
+    }
+
+    impl fmt::Display for Rejected {
+        fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+            self.error.fmt(formatter)
+        }
+    }
+
+    fn rejected(error: crate::Error) -> Rejected {
+        let (line, field, message) = match &error {
+            crate::Error::InvalidLine {
+                line,
+                field,
+                reason,
+            } => (*line, field.clone(), reason.clone()),
+            other => panic!("expected InvalidLine, got {other:?}"),
+        };
+        Rejected {
+            line,
+            field,
+            message,
+            error,
+        }
+    }
+
+    fn error(text: &str) -> Rejected {
+        rejected(parse(text).expect_err("the line must be rejected"))
     }
 
     fn recorded(event: &Event) -> &ConversationRecorded {
@@ -760,13 +772,15 @@ mod tests {
 
     #[test]
     fn a_failing_sequence_source_rejects_the_line() {
-        let rejected = parse_line_at(
-            4,
-            r#"{"type":"conversation_recorded","conversation_id":"c","entry":{"evaluation_id":"e","role":"user"}}"#,
-            NOW,
-            &mut |_, _| Err("disk on fire".to_string()),
-        )
-        .unwrap_err();
+        let rejected = rejected(
+            parse_line_at(
+                4,
+                r#"{"type":"conversation_recorded","conversation_id":"c","entry":{"evaluation_id":"e","role":"user"}}"#,
+                NOW,
+                &mut |_, _| Err("disk on fire".to_string()),
+            )
+            .unwrap_err(),
+        );
         assert_eq!(rejected.line, 4);
         assert_eq!(rejected.field.as_deref(), Some("entry.sequence"));
         assert!(rejected.message.contains("disk on fire"));

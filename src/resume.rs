@@ -186,16 +186,18 @@ impl ResumeState {
 
 impl Store {
     /// What a host needs to resume a conversation's evaluation; see the
-    /// module docs. Fails with `ConversationNotFound`, `PromptMismatch`, or
-    /// `SnapshotRestore` when a damaged snapshot has no fallback.
+    /// module docs. Fails with `ConversationNotFound`, `EvaluationNotFound`,
+    /// `PromptMismatch`, or `SnapshotRestore` when a damaged snapshot has no
+    /// fallback.
     pub fn resume(&self, conversation_id: &str, options: &ResumeOptions) -> Result<ResumeState> {
         let slice = self.conversation(conversation_id)?;
         let evaluation_id = match &options.evaluation_id {
             Some(id) if slice.evaluations().iter().any(|known| known == id) => id.clone(),
             Some(id) => {
-                return Err(Error::InvalidArgument(format!(
-                    "conversation {conversation_id:?} has no evaluation {id:?}"
-                )))
+                return Err(Error::EvaluationNotFound {
+                    conversation_id: conversation_id.to_string(),
+                    evaluation_id: id.clone(),
+                })
             }
             None => slice
                 .latest_evaluation()

@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use convlog::control::{context_created_event, ContextsReducer, ControlError, ControlMessage};
+use convlog::control::{context_created_event, ContextsReducer, ControlMessage};
 use convlog::control::{MessageControl, Principal};
 use convlog::model::{ConversationEntry, Event, Role, ToolCall, ToolStatus};
 use convlog::storage::{FileSystem, LockGuard, SealedFile, SharedBytes, Storage, StorageFile};
@@ -517,7 +517,7 @@ fn two_message_controls_never_answer_one_call_twice() {
     pause.release();
     let error = racing.join().unwrap().unwrap_err();
     assert!(
-        matches!(&error, ControlError::ResponsesWithoutCalls { call_ids } if call_ids == &["call_1".to_string()]),
+        matches!(&error, Error::ResponsesWithoutCalls { call_ids } if call_ids == &["call_1".to_string()]),
         "{error}"
     );
     let slice = store.conversation("ctx").unwrap();

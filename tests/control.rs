@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use convlog::control::message::{to_entries, to_messages};
 use convlog::control::{
-    AddAiMessage, ContextsReducer, ControlError, ControlMessage, MessageControl, Principal,
-    STEERING_METADATA,
+    AddAiMessage, ContextsReducer, ControlMessage, MessageControl, Principal, STEERING_METADATA,
 };
 use convlog::history::SlidingWindow;
 use convlog::log::LogReader;
@@ -113,7 +112,7 @@ fn a_private_context_is_refused_to_anyone_but_its_owner() {
         ];
         for error in errors {
             assert_eq!(error.to_string(), NOT_OWNER);
-            assert!(matches!(error, ControlError::NotOwner { .. }));
+            assert!(matches!(error, convlog::Error::NotContextOwner { .. }));
         }
     }
     control.add_messages(&alice(), "ctx", &hello).unwrap();
@@ -128,7 +127,7 @@ fn an_unknown_context_does_not_exist() {
         .add_messages(&alice(), "ctx_123", &[ControlMessage::human("hi")])
         .unwrap_err();
     assert_eq!(error.to_string(), "Context with id: ctx_123 does not exist");
-    assert!(matches!(error, ControlError::NotFound { .. }));
+    assert!(matches!(error, convlog::Error::ContextNotFound { .. }));
     assert_eq!(
         control
             .messages(&Principal::Anonymous, "nope")
@@ -169,7 +168,7 @@ fn anonymous_contexts_are_public_and_unowned() {
     let control = open(dir.path());
     assert!(matches!(
         control.create_context(&Principal::Anonymous, "anon", false),
-        Err(ControlError::InvalidRequest(_))
+        Err(convlog::Error::AnonymousPrivateContext { .. })
     ));
     let info = control
         .create_context(&Principal::Anonymous, "anon", true)

@@ -686,13 +686,17 @@ fn curation_specs_parse_in_order() {
         parse_curation(" prune = 10 ").unwrap().strategy(),
         "composed(tool_pruning(10, keep_recent=2))"
     );
-    assert!(parse_curation("window").unwrap_err().contains("key=value"));
-    assert!(parse_curation("window=-1")
-        .unwrap_err()
-        .contains("non-negative"));
-    assert!(parse_curation("size=3")
-        .unwrap_err()
-        .contains("unknown curation key"));
+    let refused = |text: &str| match parse_curation(text) {
+        Err(convlog::Error::InvalidCuration { item, reason }) => (item, reason),
+        other => panic!("{text:?}: expected InvalidCuration, got {other:?}"),
+    };
+    let (item, reason) = refused("window");
+    assert_eq!(item, "window");
+    assert!(reason.contains("key=value"), "{reason}");
+    let (item, reason) = refused("truncate=5, window=-1");
+    assert_eq!(item, "window=-1");
+    assert!(reason.contains("non-negative"), "{reason}");
+    assert!(refused("size=3").1.contains("unknown curation key"));
 }
 
 // ---------------------------------------------------------------- coherence

@@ -500,7 +500,7 @@ fn a_call_id_in_two_assistant_entries_is_an_error() {
     ];
     let error = render(Provider::OpenAiChat, &entries, &RenderOptions::default()).unwrap_err();
     assert!(
-        matches!(error, provider::ProviderError::DuplicateCallId { ref call_id, first: 1, second: 2 } if call_id == "a")
+        matches!(error, convlog::Error::DuplicateCallId { ref call_id, first_sequence: 1, second_sequence: 2 } if call_id == "a")
     );
 }
 
@@ -955,7 +955,7 @@ fn a_result_that_cannot_be_paired_is_refused_with_its_path() {
     )
     .unwrap_err();
     assert!(
-        matches!(error, provider::ProviderError::Unsupported { .. }),
+        matches!(error, convlog::Error::ProviderUnsupported { .. }),
         "{error}"
     );
 }

@@ -205,7 +205,8 @@ fn resume_picks_the_latest_evaluation_unless_told_otherwise() {
     let unknown = ResumeOptions::new().evaluation_id(Some("e9".into()));
     assert!(matches!(
         store.resume("trip", &unknown),
-        Err(Error::InvalidArgument(_))
+        Err(Error::EvaluationNotFound { ref conversation_id, ref evaluation_id })
+            if conversation_id == "trip" && evaluation_id == "e9"
     ));
 }
 

@@ -198,7 +198,7 @@ fn load_snapshot(
                 continue;
             };
             let slice = codec::decode_value::<ConversationSlice>(&blob).map_err(|reason| {
-                Error::SnapshotRestore {
+                Error::SnapshotDamaged {
                     path: path.clone(),
                     reason: format!("the slice of conversation {id:?} does not decode: {reason}"),
                 }

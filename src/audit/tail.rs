@@ -276,9 +276,7 @@ impl Tail<'_> {
             return Ok(Some(TailStop::MaxEvents));
         }
         let line = match self.options.format {
-            TailFormat::Json => json::to_json_line(lsn, event).map_err(|error| {
-                Error::InvalidArgument(format!("the event at LSN {lsn} has no JSON form: {error}"))
-            })?,
+            TailFormat::Json => json::to_json_line(lsn, event)?,
             TailFormat::Summary { color } => event_summary(lsn, event, color),
         };
         match writeln!(self.out, "{line}") {

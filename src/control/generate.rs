@@ -11,7 +11,7 @@ use super::message::{to_messages, ControlMessage};
 /// when they are placed in a conversation; message ids are kept.
 pub trait Generator {
     /// Generates from `view`; an error is reported as
-    /// [`super::ControlError::Generation`].
+    /// [`crate::Error::GenerationFailed`].
     fn generate(&mut self, view: &[ConversationEntry]) -> Result<Vec<ConversationEntry>, String>;
 }
 

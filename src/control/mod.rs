@@ -40,9 +40,27 @@
 //! `add_messages` can never both answer the same call. Operations of one
 //! `MessageControl` on the same context are also serialized by a lock, so
 //! they do not retry against each other.
+//!
+//! Every operation fails with [`crate::Error`]; message control's own
+//! failures are its variants `ContextNotFound`, `NotContextOwner`,
+//! `ContextExists`, `AnonymousPrivateContext`, `ResponsesWithoutCalls`,
+//! `ResponseBeforeCall`, `CallsWithoutResponses`, `DuplicateOpenCallIds` and
+//! `GenerationFailed`, whose texts are fixed (`docs/history.md`):
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use convlog::control::{ContextsReducer, MessageControl, Principal};
+//! # use convlog::store::StoreBuilder;
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let store = StoreBuilder::new(dir.path()).reducer(ContextsReducer).open().unwrap();
+//! # let control = MessageControl::new(Arc::new(store));
+//! match control.messages(&Principal::user("alice"), "ctx_404") {
+//!     Err(convlog::Error::ContextNotFound { context_id }) => assert_eq!(context_id, "ctx_404"),
+//!     other => panic!("expected ContextNotFound, got {other:?}"),
+//! }
+//! ```
 
 mod contexts;
-mod error;
 mod generate;
 pub mod message;
 mod validate;
@@ -60,20 +78,17 @@ use crate::history::{CurationContext, HistoryManager};
 use crate::log::Lsn;
 use crate::model::{ConversationEntry, Event, MessagesReplaced, Role, Timestamp};
 use crate::store::{AppendOptions, Expect, Store};
+use crate::{Error, Result};
 
 pub use contexts::{
     context_created_event, context_visibility_event, ContextInfo, ContextRegistry, ContextsReducer,
     Principal, CONTEXT_CREATED, CONTEXT_VISIBILITY,
 };
-pub use error::ControlError;
 pub use generate::{
     steered_view, steering_entry, AddAiMessage, Generation, Generator, STEERING_METADATA,
 };
 pub use message::{ChatMessage, ControlMessage, Sender, ToolCallMessage, ToolResponseMessage};
 pub use validate::validate_added;
-
-/// `Result` with [`ControlError`].
-pub type Result<T, E = ControlError> = std::result::Result<T, E>;
 
 /// How many locks serialize operations per context (by hash of the id).
 const CONTEXT_LOCKS: usize = 64;
@@ -141,7 +156,7 @@ impl MessageControl {
     /// Every context. Fails when the store no longer serves host slices
     /// (a reducer panicked, or a failed fsync took back folded events).
     pub fn registry(&self) -> Result<ContextRegistry> {
-        Ok(self.store.slice::<ContextsReducer>()?)
+        self.store.slice::<ContextsReducer>()
     }
 
     fn lock(&self, context_id: &str) -> parking_lot::MutexGuard<'_, ()> {
@@ -155,11 +170,11 @@ impl MessageControl {
         let registry = self.registry()?;
         let info = registry
             .get(context_id)
-            .ok_or_else(|| ControlError::NotFound {
+            .ok_or_else(|| Error::ContextNotFound {
                 context_id: context_id.to_string(),
             })?;
         if !info.allows(principal) {
-            return Err(ControlError::NotOwner {
+            return Err(Error::NotContextOwner {
                 context_id: context_id.to_string(),
             });
         }
@@ -175,13 +190,13 @@ impl MessageControl {
         public: bool,
     ) -> Result<ContextInfo> {
         if principal.id().is_none() && !public {
-            return Err(ControlError::InvalidRequest(
-                "an anonymous principal can only create public contexts".to_string(),
-            ));
+            return Err(Error::AnonymousPrivateContext {
+                context_id: context_id.to_string(),
+            });
         }
         let _guard = self.lock(context_id);
         if self.registry()?.get(context_id).is_some() {
-            return Err(ControlError::AlreadyExists {
+            return Err(Error::ContextExists {
                 context_id: context_id.to_string(),
             });
         }
@@ -205,7 +220,7 @@ impl MessageControl {
         let _guard = self.lock(context_id);
         let info = self.authorize(principal, context_id)?;
         if !info.is_owned_by(principal) {
-            return Err(ControlError::NotOwner {
+            return Err(Error::NotContextOwner {
                 context_id: context_id.to_string(),
             });
         }
@@ -220,8 +235,8 @@ impl MessageControl {
     fn slice(&self, context_id: &str) -> Result<Option<ConversationSlice>> {
         match self.store.conversation(context_id) {
             Ok(slice) => Ok(Some(slice)),
-            Err(crate::Error::ConversationNotFound { .. }) => Ok(None),
-            Err(error) => Err(error.into()),
+            Err(Error::ConversationNotFound { .. }) => Ok(None),
+            Err(error) => Err(error),
         }
     }
 
@@ -337,10 +352,10 @@ impl MessageControl {
                 AppendOptions::new().expect(Expect::conversation(context_id, version)),
             ) {
                 Ok(lsns) => return Ok(Applied { lsns, entries }),
-                Err(crate::Error::Conflict { .. }) if retries < CONFLICT_RETRIES_MAX => {
+                Err(Error::Conflict { .. }) if retries < CONFLICT_RETRIES_MAX => {
                     retries += 1;
                 }
-                Err(error) => return Err(error.into()),
+                Err(error) => return Err(error),
             }
         }
     }
@@ -412,9 +427,13 @@ impl MessageControl {
             None => history,
         };
         let model_view = steered_view(&curated, steering);
-        let generated = generator
-            .generate(&model_view)
-            .map_err(ControlError::Generation)?;
+        let generated =
+            generator
+                .generate(&model_view)
+                .map_err(|reason| Error::GenerationFailed {
+                    context_id: context_id.to_string(),
+                    reason,
+                })?;
         let generated = place(slice.as_ref(), generated);
         let stored = if save_ai_messages {
             self.add_placed(principal, context_id, generated.clone())?

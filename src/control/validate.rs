@@ -3,25 +3,25 @@
 
 use std::collections::HashMap;
 
-use super::error::ControlError;
 use crate::history::coherence::{self, Incoherence};
 use crate::model::{ConversationEntry, Role};
+use crate::Error;
 
 /// Checks `added`, to be appended after `existing`, against the rules:
 ///
 /// 1. every tool response answers a call: one the list made before it, or
 ///    one of `existing` that no result answers yet —
-///    [`ControlError::ResponsesWithoutCalls`] lists every response that
+///    [`Error::ResponsesWithoutCalls`] lists every response that
 ///    answers neither and whose call does not come later in the list;
 /// 2. calls come before their responses —
-///    [`ControlError::ResponseBeforeCall`] names the first response whose
+///    [`Error::ResponseBeforeCall`] names the first response whose
 ///    call comes later in the list;
 /// 3. every call of the list is answered by a later response in it —
-///    [`ControlError::CallsWithoutResponses`] lists the rest.
+///    [`Error::CallsWithoutResponses`] lists the rest.
 ///
 /// Before them, a call id that another open (not yet answered) call of the
 /// list or of `existing` already uses is refused —
-/// [`ControlError::DuplicateCallIds`] lists them: a response could not
+/// [`Error::DuplicateOpenCallIds`] lists them: a response could not
 /// tell the two calls apart (an id may be used again once its call is
 /// answered).
 ///
@@ -30,7 +30,7 @@ use crate::model::{ConversationEntry, Role};
 pub fn validate_added(
     existing: &[ConversationEntry],
     added: &[ConversationEntry],
-) -> Result<(), ControlError> {
+) -> crate::Result<()> {
     // call id -> stack of open calls: None for a call of `existing`,
     // Some(position in `added`) for one of the list.
     let mut open: HashMap<String, Vec<Option<(usize, usize)>>> = HashMap::new();
@@ -76,17 +76,17 @@ pub fn validate_added(
         }
     }
     if !duplicates.is_empty() {
-        return Err(ControlError::DuplicateCallIds {
+        return Err(Error::DuplicateOpenCallIds {
             call_ids: duplicates,
         });
     }
     if !without_calls.is_empty() {
-        return Err(ControlError::ResponsesWithoutCalls {
+        return Err(Error::ResponsesWithoutCalls {
             call_ids: without_calls,
         });
     }
     if let Some(call_id) = before_call {
-        return Err(ControlError::ResponseBeforeCall { call_id });
+        return Err(Error::ResponseBeforeCall { call_id });
     }
     let unanswered: Vec<String> = added
         .iter()
@@ -101,7 +101,7 @@ pub fn validate_added(
         })
         .collect();
     if !unanswered.is_empty() {
-        return Err(ControlError::CallsWithoutResponses {
+        return Err(Error::CallsWithoutResponses {
             call_ids: unanswered,
         });
     }

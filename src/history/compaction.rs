@@ -151,9 +151,11 @@ impl<E: TokenEstimator> SummaryPlaceholder<E> {
         estimator: E,
     ) -> Result<SummaryPlaceholder<E>> {
         if summary.role == Role::Tool || !summary.tool_calls.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a summary entry must not be a tool result nor carry tool calls".to_string(),
-            ));
+            return Err(Error::InvalidOption {
+                option: "SummaryPlaceholder::with_entry summary",
+                reason: "a summary entry must not be a tool result nor carry tool calls"
+                    .to_string(),
+            });
         }
         Ok(SummaryPlaceholder {
             token_limit,

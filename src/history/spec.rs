@@ -20,33 +20,42 @@ use super::{Composed, SlidingWindow, TokenBudget, ToolPruning, ToolResultTruncat
 ///
 /// let manager = parse_curation("window=50, truncate=1000").unwrap();
 /// assert_eq!(manager.strategy(), "composed(sliding_window(50), tool_result_truncator(1000))");
-/// assert!(parse_curation("window=lots").is_err());
+/// assert!(matches!(
+///     parse_curation("window=lots"),
+///     Err(convlog::Error::InvalidCuration { item, .. }) if item == "window=lots"
+/// ));
 /// ```
-pub fn parse_curation(text: &str) -> Result<Composed, String> {
+pub fn parse_curation(text: &str) -> crate::Result<Composed> {
     let mut composed = Composed::new();
     for item in text
         .split(',')
         .map(str::trim)
         .filter(|item| !item.is_empty())
     {
+        let invalid = |reason: String| crate::Error::InvalidCuration {
+            item: item.to_string(),
+            reason,
+        };
         let (key, value) = item
             .split_once('=')
-            .ok_or_else(|| format!("curation item {item:?} is not key=value"))?;
+            .ok_or_else(|| invalid(format!("curation item {item:?} is not key=value")))?;
         let (key, value) = (key.trim(), value.trim());
         let number: u64 = value.parse().map_err(|_| {
-            format!("curation value of {key:?} is not a non-negative integer: {value:?}")
+            invalid(format!(
+                "curation value of {key:?} is not a non-negative integer: {value:?}"
+            ))
         })?;
         let count = usize::try_from(number)
-            .map_err(|_| format!("curation value of {key:?} is too large: {value:?}"))?;
+            .map_err(|_| invalid(format!("curation value of {key:?} is too large: {value:?}")))?;
         composed = match key {
             "window" => composed.then(SlidingWindow::new(count)),
             "truncate" => composed.then(ToolResultTruncator::new(count)),
             "budget" => composed.then(TokenBudget::new(number)),
             "prune" => composed.then(ToolPruning::new(number)),
             _ => {
-                return Err(format!(
+                return Err(invalid(format!(
                     "unknown curation key {key:?} (expected window, truncate, budget or prune)"
-                ))
+                )))
             }
         };
     }

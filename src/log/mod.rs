@@ -241,12 +241,15 @@ impl LogOptions {
         if !(format::SEGMENT_BYTES_MIN..=format::SEGMENT_BYTES_LIMIT)
             .contains(&self.segment_bytes_max)
         {
-            return Err(Error::InvalidArgument(format!(
-                "segment_bytes_max is {}; it must be between SEGMENT_BYTES_MIN ({}) and SEGMENT_BYTES_LIMIT ({})",
-                self.segment_bytes_max,
-                format::SEGMENT_BYTES_MIN,
-                format::SEGMENT_BYTES_LIMIT
-            )));
+            return Err(Error::InvalidOption {
+                option: "LogOptions::segment_bytes_max",
+                reason: format!(
+                    "it is {}; it must be between SEGMENT_BYTES_MIN ({}) and SEGMENT_BYTES_LIMIT ({})",
+                    self.segment_bytes_max,
+                    format::SEGMENT_BYTES_MIN,
+                    format::SEGMENT_BYTES_LIMIT
+                ),
+            });
         }
         check_durability(self.durability)
     }
@@ -255,9 +258,10 @@ impl LogOptions {
 /// Fails for a durability that can never be valid (a zero interval).
 fn check_durability(durability: Durability) -> Result<()> {
     match durability {
-        Durability::Periodic(interval) if interval.is_zero() => Err(Error::InvalidArgument(
-            "Durability::Periodic needs a non-zero interval".to_string(),
-        )),
+        Durability::Periodic(interval) if interval.is_zero() => Err(Error::InvalidOption {
+            option: "durability",
+            reason: "Durability::Periodic needs a non-zero interval".to_string(),
+        }),
         _ => Ok(()),
     }
 }

@@ -573,10 +573,11 @@ impl LogReader {
             if position.segment < first_lsn {
                 return Err(self.source.compacted(position.segment));
             }
-            return Err(Error::InvalidArgument(format!(
-                "no segment starting at LSN {} in the log",
-                position.segment
-            )));
+            return Err(Error::PositionNotFound {
+                store: self.source.dir(),
+                segment: position.segment,
+                offset: position.offset,
+            });
         };
         let storage = self.source.storage();
         let damaged = |reason: String| Error::Corrupted {

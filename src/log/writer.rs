@@ -448,9 +448,7 @@ impl Writer {
 /// Checks a batch against the limits before anything is encoded.
 pub(crate) fn check_batch<P: AsRef<[u8]>>(payloads: &[P]) -> Result<()> {
     if payloads.is_empty() {
-        return Err(Error::InvalidArgument(
-            "a batch needs at least one event".to_string(),
-        ));
+        return Err(Error::EmptyBatch);
     }
     if payloads.len() > format::BATCH_EVENTS_MAX {
         return Err(Error::LimitExceeded {

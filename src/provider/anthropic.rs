@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use super::build::{message_list, string_field, Builder, CallRef, Parsed};
 use super::layout::{self, Extras, Piece};
 use super::plan::{Plan, Step};
-use super::{has_text, Provider, ProviderError, RenderOptions, LEADING_USER_TEXT};
+use super::{has_text, Provider, RenderOptions, LEADING_USER_TEXT};
 use crate::model::Reasoning;
 
 pub(crate) fn render(plan: &Plan<'_>, options: &RenderOptions) -> (Vec<Value>, Option<Value>) {
@@ -172,7 +172,7 @@ pub fn tool_use_id(call_id: &str) -> Cow<'_, str> {
     ))
 }
 
-pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> Result<(), ProviderError> {
+pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> crate::Result<()> {
     match value.get("system") {
         None | Some(Value::Null) => {}
         Some(Value::String(text)) => builder.system(text.clone(), None),
@@ -218,7 +218,7 @@ pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> Result<(),
     Ok(())
 }
 
-fn user(builder: &mut Builder<'_>, blocks: &[Value], path: &str) -> Result<(), ProviderError> {
+fn user(builder: &mut Builder<'_>, blocks: &[Value], path: &str) -> crate::Result<()> {
     let mut texts: Vec<(String, Extras)> = Vec::new();
     for (index, block) in blocks.iter().enumerate() {
         let block_path = format!("{path}.content[{index}]");
@@ -279,7 +279,7 @@ fn assistant_parts(
     builder: &Builder<'_>,
     blocks: &[Value],
     path: &str,
-) -> Result<Vec<Parsed>, ProviderError> {
+) -> crate::Result<Vec<Parsed>> {
     let mut parts = Vec::new();
     for (index, block) in blocks.iter().enumerate() {
         let block_path = format!("{path}.content[{index}]");

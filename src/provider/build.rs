@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::model::{ConversationEntry, Reasoning, Role, Timestamp, ToolCall, ToolStatus};
 
 use super::layout::{self, Block, BlockRef, Extras};
-use super::{Provider, ProviderError};
+use super::Provider;
 
 /// One part of a provider's assistant message.
 #[derive(Debug)]
@@ -72,8 +72,8 @@ impl<'e> Builder<'e> {
     }
 
     /// A malformed-input error at `path`.
-    pub fn malformed(&self, path: impl Into<String>, reason: impl Into<String>) -> ProviderError {
-        ProviderError::Malformed {
+    pub fn malformed(&self, path: impl Into<String>, reason: impl Into<String>) -> crate::Error {
+        crate::Error::ProviderMalformed {
             provider: self.provider,
             path: path.into(),
             reason: reason.into(),
@@ -81,8 +81,8 @@ impl<'e> Builder<'e> {
     }
 
     /// An unsupported-content error at `path`.
-    pub fn unsupported(&self, path: impl Into<String>, what: impl Into<String>) -> ProviderError {
-        ProviderError::Unsupported {
+    pub fn unsupported(&self, path: impl Into<String>, what: impl Into<String>) -> crate::Error {
+        crate::Error::ProviderUnsupported {
             provider: self.provider,
             path: path.into(),
             what: what.into(),
@@ -127,7 +127,7 @@ impl<'e> Builder<'e> {
     }
 
     /// An assistant entry from its parts, in order.
-    pub fn assistant(&mut self, parts: Vec<Parsed>, path: &str) -> Result<(), ProviderError> {
+    pub fn assistant(&mut self, parts: Vec<Parsed>, path: &str) -> crate::Result<()> {
         self.turn = self.turn.saturating_add(1);
         let mut content: Option<String> = None;
         let mut reasoning: Vec<Reasoning> = Vec::new();
@@ -218,7 +218,7 @@ impl<'e> Builder<'e> {
         is_error: bool,
         tool_name: Option<String>,
         path: &str,
-    ) -> Result<&mut ConversationEntry, ProviderError> {
+    ) -> crate::Result<&mut ConversationEntry> {
         let found = self.find_call(call);
         let (call_id, name) = match (found, call) {
             (Some((entry_index, call_index)), _) => {
@@ -296,7 +296,7 @@ pub(crate) fn message_list<'v>(
     builder: &Builder<'_>,
     value: &'v Value,
     field: &str,
-) -> Result<&'v [Value], ProviderError> {
+) -> crate::Result<&'v [Value]> {
     match value {
         Value::Array(items) => Ok(items),
         Value::Object(object) => match object.get(field) {
@@ -317,7 +317,7 @@ pub(crate) fn string_field<'v>(
     object: &'v Value,
     key: &str,
     path: &str,
-) -> Result<&'v str, ProviderError> {
+) -> crate::Result<&'v str> {
     match object.get(key) {
         Some(Value::String(text)) => Ok(text),
         Some(_) => Err(builder.malformed(format!("{path}.{key}"), "is not a string")),
@@ -331,7 +331,7 @@ pub(crate) fn optional_string<'v>(
     object: &'v Value,
     key: &str,
     path: &str,
-) -> Result<Option<&'v str>, ProviderError> {
+) -> crate::Result<Option<&'v str>> {
     match object.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) => Ok(Some(text)),

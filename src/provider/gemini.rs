@@ -30,8 +30,8 @@ use serde_json::{json, Map, Value};
 use super::build::{message_list, optional_string, string_field, Builder, CallRef, Parsed};
 use super::layout::{self, Extras, Piece};
 use super::plan::{Answer, Plan, Step};
-use super::{has_text, Provider, ProviderError, RenderOptions, LEADING_USER_TEXT};
-use crate::model::Reasoning;
+use super::{has_text, Provider, RenderOptions, LEADING_USER_TEXT};
+use crate::model::{ConversationEntry, Reasoning};
 
 const SIGNATURE: &str = "thoughtSignature";
 
@@ -42,97 +42,14 @@ pub(crate) fn render(plan: &Plan<'_>, options: &RenderOptions) -> (Vec<Value>, O
     for step in &plan.steps {
         match step {
             Step::System { text, .. } => system.push(json!({"text": text})),
-            Step::User(entry) => {
-                let parts = layout::pieces(entry)
-                    .0
-                    .into_iter()
-                    .filter_map(|piece| match piece {
-                        Piece::Text(text, _) if has_text(Some(text)) => Some(json!({"text": text})),
-                        _ => None,
-                    })
-                    .collect();
-                push(&mut turns, "user", parts);
-            }
+            Step::User(entry) => push(&mut turns, "user", user_parts(entry)),
             Step::Assistant { entry, kept } => {
-                let signature_allowed = layout::signature_allowed(entry, Provider::Gemini);
-                let mut parts: Vec<Value> = Vec::new();
-                let mut floating: Vec<String> = Vec::new();
-                for piece in layout::pieces(entry).0 {
-                    match piece {
-                        Piece::Reasoning(reasoning, _) => {
-                            let signature =
-                                reasoning.signature.clone().filter(|_| signature_allowed);
-                            match (&reasoning.text, reasoning.redacted) {
-                                (_, true) => {}
-                                (Some(text), false) => {
-                                    if options.include_reasoning {
-                                        let mut part = Map::new();
-                                        part.insert("text".into(), json!(text));
-                                        part.insert("thought".into(), json!(true));
-                                        if let Some(signature) = signature {
-                                            part.insert(SIGNATURE.into(), json!(signature));
-                                        }
-                                        parts.push(Value::Object(part));
-                                    } else {
-                                        floating.extend(signature);
-                                    }
-                                }
-                                (None, false) => floating.extend(signature),
-                            }
-                        }
-                        Piece::Text(text, extras) => {
-                            if text.is_empty() && extras.thought_signature.is_none() {
-                                continue;
-                            }
-                            let mut part = Map::new();
-                            part.insert("text".into(), json!(text));
-                            if let Some(signature) = extras.thought_signature {
-                                part.insert(SIGNATURE.into(), json!(signature));
-                            }
-                            parts.push(Value::Object(part));
-                        }
-                        Piece::Call(call, extras) => {
-                            if !kept.contains(call.call_id.as_str()) {
-                                floating.extend(extras.thought_signature);
-                                continue;
-                            }
-                            let mut function_call = Map::new();
-                            function_call.insert("name".into(), json!(call.name));
-                            function_call.insert(
-                                "args".into(),
-                                Value::Object(layout::arguments_object(&call.arguments)),
-                            );
-                            if extras.id_synthesized {
-                                synthesized_ids.insert(call.call_id.as_str());
-                            } else {
-                                function_call.insert("id".into(), json!(call.call_id));
-                            }
-                            let mut part = Map::new();
-                            part.insert("functionCall".into(), Value::Object(function_call));
-                            if let Some(signature) = extras.thought_signature {
-                                part.insert(SIGNATURE.into(), json!(signature));
-                            }
-                            parts.push(Value::Object(part));
-                        }
-                    }
-                }
-                for signature in floating {
-                    attach_signature(&mut parts, signature);
-                }
+                let parts = model_turn_parts(entry, kept, options, &mut synthesized_ids);
                 push(&mut turns, "model", parts);
             }
             Step::Result(answer) => {
-                let mut function_response = Map::new();
-                function_response.insert("name".into(), json!(answer.call.name));
-                if !synthesized_ids.contains(answer.call.call_id.as_str()) {
-                    function_response.insert("id".into(), json!(answer.call.call_id));
-                }
-                function_response.insert("response".into(), response(answer));
-                push(
-                    &mut turns,
-                    "user",
-                    vec![json!({"functionResponse": Value::Object(function_response)})],
-                );
+                let part = function_response(answer, &synthesized_ids);
+                push(&mut turns, "user", vec![part]);
             }
         }
     }
@@ -149,6 +66,104 @@ pub(crate) fn render(plan: &Plan<'_>, options: &RenderOptions) -> (Vec<Value>, O
         .collect();
     let system = (!system.is_empty()).then(|| json!({"parts": system}));
     (contents, system)
+}
+
+/// The text parts of a user entry.
+fn user_parts(entry: &ConversationEntry) -> Vec<Value> {
+    layout::pieces(entry)
+        .0
+        .into_iter()
+        .filter_map(|piece| match piece {
+            Piece::Text(text, _) if has_text(Some(text)) => Some(json!({"text": text})),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The parts of an assistant entry's `model` content, in recorded order:
+/// thoughts, text, and its kept calls (a call with a generated id is added
+/// to `synthesized_ids` and sent without one). Signatures with no part of
+/// their own (no thought text sent, a dropped call) are attached after.
+fn model_turn_parts<'a>(
+    entry: &'a ConversationEntry,
+    kept: &HashSet<&str>,
+    options: &RenderOptions,
+    synthesized_ids: &mut HashSet<&'a str>,
+) -> Vec<Value> {
+    let signature_allowed = layout::signature_allowed(entry, Provider::Gemini);
+    let mut parts: Vec<Value> = Vec::new();
+    let mut floating: Vec<String> = Vec::new();
+    for piece in layout::pieces(entry).0 {
+        match piece {
+            Piece::Reasoning(reasoning, _) => {
+                let signature = reasoning.signature.clone().filter(|_| signature_allowed);
+                match (&reasoning.text, reasoning.redacted) {
+                    (_, true) => {}
+                    (Some(text), false) if options.include_reasoning => {
+                        parts.push(with_signature(
+                            json!({"text": text, "thought": true}),
+                            signature,
+                        ));
+                    }
+                    (_, false) => floating.extend(signature),
+                }
+            }
+            Piece::Text(text, extras) => {
+                if text.is_empty() && extras.thought_signature.is_none() {
+                    continue;
+                }
+                parts.push(with_signature(
+                    json!({"text": text}),
+                    extras.thought_signature,
+                ));
+            }
+            Piece::Call(call, extras) => {
+                if !kept.contains(call.call_id.as_str()) {
+                    floating.extend(extras.thought_signature);
+                    continue;
+                }
+                let mut function_call = Map::new();
+                function_call.insert("name".into(), json!(call.name));
+                function_call.insert(
+                    "args".into(),
+                    Value::Object(layout::arguments_object(&call.arguments)),
+                );
+                if extras.id_synthesized {
+                    synthesized_ids.insert(call.call_id.as_str());
+                } else {
+                    function_call.insert("id".into(), json!(call.call_id));
+                }
+                parts.push(with_signature(
+                    json!({"functionCall": Value::Object(function_call)}),
+                    extras.thought_signature,
+                ));
+            }
+        }
+    }
+    for signature in floating {
+        attach_signature(&mut parts, signature);
+    }
+    parts
+}
+
+/// `part` (an object) with `thoughtSignature` set when there is one.
+fn with_signature(mut part: Value, signature: Option<String>) -> Value {
+    if let (Value::Object(object), Some(signature)) = (&mut part, signature) {
+        object.insert(SIGNATURE.into(), json!(signature));
+    }
+    part
+}
+
+/// The `functionResponse` part answering a call (with the call's id unless
+/// the id was generated).
+fn function_response(answer: &Answer<'_>, synthesized_ids: &HashSet<&str>) -> Value {
+    let mut function_response = Map::new();
+    function_response.insert("name".into(), json!(answer.call.name));
+    if !synthesized_ids.contains(answer.call.call_id.as_str()) {
+        function_response.insert("id".into(), json!(answer.call.call_id));
+    }
+    function_response.insert("response".into(), response(answer));
+    json!({"functionResponse": Value::Object(function_response)})
 }
 
 /// Puts a signature on the first call part without one, else on the last
@@ -196,7 +211,7 @@ fn push(turns: &mut Vec<(&'static str, Vec<Value>)>, role: &'static str, parts: 
     }
 }
 
-pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> Result<(), ProviderError> {
+pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> crate::Result<()> {
     let system = value
         .get("system_instruction")
         .or_else(|| value.get("systemInstruction"));
@@ -233,22 +248,18 @@ fn parts_of<'v>(
     builder: &Builder<'_>,
     content: &'v Value,
     path: &str,
-) -> Result<&'v [Value], ProviderError> {
+) -> crate::Result<&'v [Value]> {
     match content.get("parts") {
         Some(Value::Array(parts)) => Ok(parts),
         _ => Err(builder.malformed(format!("{path}.parts"), "is not an array")),
     }
 }
 
-fn signature(
-    builder: &Builder<'_>,
-    part: &Value,
-    path: &str,
-) -> Result<Option<String>, ProviderError> {
+fn signature(builder: &Builder<'_>, part: &Value, path: &str) -> crate::Result<Option<String>> {
     Ok(optional_string(builder, part, SIGNATURE, path)?.map(str::to_string))
 }
 
-fn user(builder: &mut Builder<'_>, parts: &[Value], path: &str) -> Result<(), ProviderError> {
+fn user(builder: &mut Builder<'_>, parts: &[Value], path: &str) -> crate::Result<()> {
     let mut texts: Vec<(String, Extras)> = Vec::new();
     for (index, part) in parts.iter().enumerate() {
         let part_path = format!("{path}.parts[{index}]");
@@ -309,11 +320,7 @@ fn user(builder: &mut Builder<'_>, parts: &[Value], path: &str) -> Result<(), Pr
     Ok(())
 }
 
-fn model_parts(
-    builder: &Builder<'_>,
-    parts: &[Value],
-    path: &str,
-) -> Result<Vec<Parsed>, ProviderError> {
+fn model_parts(builder: &Builder<'_>, parts: &[Value], path: &str) -> crate::Result<Vec<Parsed>> {
     let mut parsed = Vec::new();
     for (index, part) in parts.iter().enumerate() {
         let part_path = format!("{path}.parts[{index}]");

@@ -327,44 +327,6 @@ impl RenderedRequest {
     }
 }
 
-/// What went wrong converting to or from a provider's messages.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum ProviderError {
-    /// The provider JSON does not have the provider's shape.
-    #[error("{provider} messages, at {path}: {reason}")]
-    Malformed {
-        /// The provider.
-        provider: Provider,
-        /// JSON path of the offending value (`messages[3].content[1]`).
-        path: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A content kind convlog does not store (images, documents, server
-    /// tools, ...): refused rather than silently dropped.
-    #[error("{provider} messages, at {path}: {what} is not supported (convlog stores text, reasoning, tool calls and tool results)")]
-    Unsupported {
-        /// The provider.
-        provider: Provider,
-        /// JSON path of the offending value.
-        path: String,
-        /// What it is.
-        what: String,
-    },
-    /// Two assistant entries hold a call with the same id, so results cannot
-    /// be paired with calls.
-    #[error("tool call id {call_id:?} appears in two assistant entries (sequences {first} and {second}); results cannot be paired with calls")]
-    DuplicateCallId {
-        /// The call id.
-        call_id: String,
-        /// Sequence of the first assistant entry holding it.
-        first: u64,
-        /// Sequence of the second.
-        second: u64,
-    },
-}
-
 /// Rebuilds `provider`'s request messages from neutral entries, given in
 /// conversation order (e.g. `ConversationSlice::entries()` or one evaluation).
 ///
@@ -375,7 +337,7 @@ pub fn render<'a>(
     provider: Provider,
     entries: impl IntoIterator<Item = &'a ConversationEntry>,
     options: &RenderOptions,
-) -> Result<RenderedRequest, ProviderError> {
+) -> crate::Result<RenderedRequest> {
     let entries: Vec<&ConversationEntry> = entries.into_iter().collect();
     let plan = plan::plan(&entries, options)?;
     let (messages, system) = match provider {
@@ -415,7 +377,7 @@ pub fn to_entries(
     evaluation_id: &str,
     first_sequence: u64,
     created_at: Timestamp,
-) -> Result<Vec<ConversationEntry>, ProviderError> {
+) -> crate::Result<Vec<ConversationEntry>> {
     let mut builder = build::Builder::new(provider, evaluation_id, first_sequence, created_at);
     match provider {
         Provider::OpenAiChat => openai::to_entries(messages, &mut builder)?,

@@ -14,7 +14,7 @@ use super::build::{message_list, optional_string, string_field, Builder, CallRef
 use super::layout::{self, Extras};
 use super::openai::reasoning_text;
 use super::plan::{Plan, Step};
-use super::{has_text, ProviderError, RenderOptions};
+use super::{has_text, RenderOptions};
 use crate::model::Reasoning;
 
 pub(crate) fn render(plan: &Plan<'_>, options: &RenderOptions) -> Vec<Value> {
@@ -66,7 +66,7 @@ pub(crate) fn render(plan: &Plan<'_>, options: &RenderOptions) -> Vec<Value> {
     messages
 }
 
-pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> Result<(), ProviderError> {
+pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> crate::Result<()> {
     let messages = message_list(builder, value, "messages")?;
     for (index, message) in messages.iter().enumerate() {
         let path = format!("messages[{index}]");
@@ -116,11 +116,7 @@ pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> Result<(),
     Ok(())
 }
 
-fn tool_calls(
-    builder: &Builder<'_>,
-    message: &Value,
-    path: &str,
-) -> Result<Vec<Parsed>, ProviderError> {
+fn tool_calls(builder: &Builder<'_>, message: &Value, path: &str) -> crate::Result<Vec<Parsed>> {
     let calls = match message.get("tool_calls") {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(calls)) => calls,

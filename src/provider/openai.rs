@@ -87,10 +87,7 @@ pub(crate) fn reasoning_text(entry: &ConversationEntry) -> Option<String> {
     (!texts.is_empty()).then(|| texts.join("\n\n"))
 }
 
-pub(crate) fn to_entries(
-    value: &Value,
-    builder: &mut Builder<'_>,
-) -> Result<(), crate::provider::ProviderError> {
+pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> crate::Result<()> {
     let messages = message_list(builder, value, "messages")?;
     for (index, message) in messages.iter().enumerate() {
         let path = format!("messages[{index}]");
@@ -147,7 +144,7 @@ fn tool_calls(
     builder: &Builder<'_>,
     message: &Value,
     path: &str,
-) -> Result<Vec<Parsed>, crate::provider::ProviderError> {
+) -> Result<Vec<Parsed>, crate::Error> {
     let calls = match message.get("tool_calls") {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(calls)) => calls,
@@ -183,7 +180,7 @@ pub(crate) fn content_text(
     builder: &Builder<'_>,
     message: &Value,
     path: &str,
-) -> Result<Option<String>, crate::provider::ProviderError> {
+) -> Result<Option<String>, crate::Error> {
     match message.get("content") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) => Ok(Some(text.clone())),

@@ -36,8 +36,8 @@ use crate::conversation::{CallResults, ResultUse};
 use crate::model::{ConversationEntry, Role, ToolCall, ToolStatus};
 
 use super::{
-    has_text, PendingCalls, ProviderError, RenderOptions, SkipReason, SkippedResult,
-    FAILED_WITHOUT_ERROR_TEXT, INTERRUPTED_TEXT, RESULT_NOT_RECORDED_TEXT,
+    has_text, PendingCalls, RenderOptions, SkipReason, SkippedResult, FAILED_WITHOUT_ERROR_TEXT,
+    INTERRUPTED_TEXT, RESULT_NOT_RECORDED_TEXT,
 };
 
 /// The answer sent for one kept call.
@@ -76,44 +76,10 @@ pub(crate) struct Plan<'a> {
 pub(crate) fn plan<'a>(
     entries: &[&'a ConversationEntry],
     options: &RenderOptions,
-) -> Result<Plan<'a>, ProviderError> {
-    // Rule 1: which entry holds each call.
-    let mut holder: HashMap<&str, usize> = HashMap::new();
-    for (index, entry) in entries.iter().enumerate() {
-        if entry.role != Role::Assistant {
-            continue;
-        }
-        for call in &entry.tool_calls {
-            if let Some(first) = holder.insert(call.call_id.as_str(), index) {
-                return Err(ProviderError::DuplicateCallId {
-                    call_id: call.call_id.clone(),
-                    first: entries[first].sequence,
-                    second: entry.sequence,
-                });
-            }
-        }
-    }
-
-    // Rule 2: which entry answers each call (the shared definition).
+) -> crate::Result<Plan<'a>> {
+    check_call_ids_unique(entries)?;
     let results = CallResults::new(entries.iter().copied());
-    let mut skipped_results = Vec::new();
-    for (index, entry) in entries.iter().enumerate() {
-        if entry.role != Role::Tool {
-            continue;
-        }
-        let reason = match results.result_use(index, entry) {
-            ResultUse::Answers => continue,
-            ResultUse::Duplicate => SkipReason::DuplicateResult,
-            ResultUse::NoCall => SkipReason::NoMatchingCall,
-        };
-        skipped_results.push(SkippedResult {
-            message_id: entry.message_id,
-            call_id: entry.tool_call_id.clone(),
-            reason,
-        });
-    }
-
-    // Rules 3 to 5.
+    let skipped_results = skipped_results(entries, &results);
     let mut steps = Vec::new();
     let mut unfinished_calls = Vec::new();
     for entry in entries {
@@ -124,60 +90,136 @@ pub(crate) fn plan<'a>(
             }),
             Role::User if has_text(entry.content.as_deref()) => steps.push(Step::User(entry)),
             Role::Assistant => {
-                let mut kept = HashSet::new();
-                let mut answers = Vec::new();
-                for call in &entry.tool_calls {
-                    let answer = match results.answer(&entry.evaluation_id, &call.call_id) {
-                        Some(result) => Some(Answer {
-                            call,
-                            content: Cow::Borrowed(result.content.as_deref().unwrap_or_default()),
-                            is_error: result.is_error,
-                            entry: Some(result),
-                        }),
-                        None if results.is_unfinished(&entry.evaluation_id, call) => {
-                            unfinished_calls.push(call.call_id.clone());
-                            match options.pending {
-                                PendingCalls::Drop => None,
-                                PendingCalls::SyntheticError => Some(Answer {
-                                    call,
-                                    content: Cow::Borrowed(INTERRUPTED_TEXT),
-                                    is_error: true,
-                                    entry: None,
-                                }),
-                            }
-                        }
-                        None if call.status == ToolStatus::Failed => Some(Answer {
-                            call,
-                            content: Cow::Borrowed(
-                                call.error.as_deref().unwrap_or(FAILED_WITHOUT_ERROR_TEXT),
-                            ),
-                            is_error: true,
-                            entry: None,
-                        }),
-                        // Completed without a result entry.
-                        None => Some(Answer {
-                            call,
-                            content: Cow::Borrowed(RESULT_NOT_RECORDED_TEXT),
-                            is_error: false,
-                            entry: None,
-                        }),
-                    };
-                    if let Some(answer) = answer {
-                        kept.insert(call.call_id.as_str());
-                        answers.push(answer);
-                    }
-                }
-                if kept.is_empty() && !has_text(entry.content.as_deref()) {
-                    continue;
-                }
-                steps.push(Step::Assistant { entry, kept });
-                steps.extend(answers.into_iter().map(Step::Result));
+                assistant_steps(entry, &results, options, &mut steps, &mut unfinished_calls)
             }
             Role::System | Role::User | Role::Tool => {}
         }
     }
+    add_default_system(&mut steps, options);
+    Ok(Plan {
+        steps,
+        unfinished_calls,
+        skipped_results,
+    })
+}
 
-    // Rule 6.
+/// Rule 1: no call id is held by two assistant entries.
+fn check_call_ids_unique(entries: &[&ConversationEntry]) -> crate::Result<()> {
+    let mut holder: HashMap<&str, usize> = HashMap::new();
+    for (index, entry) in entries.iter().enumerate() {
+        if entry.role != Role::Assistant {
+            continue;
+        }
+        for call in &entry.tool_calls {
+            if let Some(first) = holder.insert(call.call_id.as_str(), index) {
+                return Err(crate::Error::DuplicateCallId {
+                    call_id: call.call_id.clone(),
+                    first_sequence: entries[first].sequence,
+                    second_sequence: entry.sequence,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rule 2: the tool entries that answer no call (or a call already
+/// answered), which are not sent.
+fn skipped_results(
+    entries: &[&ConversationEntry],
+    results: &CallResults<'_>,
+) -> Vec<SkippedResult> {
+    let mut skipped = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        if entry.role != Role::Tool {
+            continue;
+        }
+        let reason = match results.result_use(index, entry) {
+            ResultUse::Answers => continue,
+            ResultUse::Duplicate => SkipReason::DuplicateResult,
+            ResultUse::NoCall => SkipReason::NoMatchingCall,
+        };
+        skipped.push(SkippedResult {
+            message_id: entry.message_id,
+            call_id: entry.tool_call_id.clone(),
+            reason,
+        });
+    }
+    skipped
+}
+
+/// Rules 3 to 5 for one assistant entry: the entry with its kept calls,
+/// then their answers; nothing when it has neither text nor kept calls.
+fn assistant_steps<'a>(
+    entry: &'a ConversationEntry,
+    results: &CallResults<'a>,
+    options: &RenderOptions,
+    steps: &mut Vec<Step<'a>>,
+    unfinished_calls: &mut Vec<String>,
+) {
+    let mut kept = HashSet::new();
+    let mut answers = Vec::new();
+    for call in &entry.tool_calls {
+        if let Some(answer) = answer(entry, call, results, options, unfinished_calls) {
+            kept.insert(call.call_id.as_str());
+            answers.push(answer);
+        }
+    }
+    if kept.is_empty() && !has_text(entry.content.as_deref()) {
+        return;
+    }
+    steps.push(Step::Assistant { entry, kept });
+    steps.extend(answers.into_iter().map(Step::Result));
+}
+
+/// Rule 3: what answers `call` of assistant `entry`, or `None` when it is
+/// dropped (unfinished, under `PendingCalls::Drop`). An unfinished call is
+/// added to `unfinished_calls`.
+fn answer<'a>(
+    entry: &ConversationEntry,
+    call: &'a ToolCall,
+    results: &CallResults<'a>,
+    options: &RenderOptions,
+    unfinished_calls: &mut Vec<String>,
+) -> Option<Answer<'a>> {
+    match results.answer(&entry.evaluation_id, &call.call_id) {
+        Some(result) => Some(Answer {
+            call,
+            content: Cow::Borrowed(result.content.as_deref().unwrap_or_default()),
+            is_error: result.is_error,
+            entry: Some(result),
+        }),
+        None if results.is_unfinished(&entry.evaluation_id, call) => {
+            unfinished_calls.push(call.call_id.clone());
+            match options.pending {
+                PendingCalls::Drop => None,
+                PendingCalls::SyntheticError => Some(Answer {
+                    call,
+                    content: Cow::Borrowed(INTERRUPTED_TEXT),
+                    is_error: true,
+                    entry: None,
+                }),
+            }
+        }
+        None if call.status == ToolStatus::Failed => Some(Answer {
+            call,
+            content: Cow::Borrowed(call.error.as_deref().unwrap_or(FAILED_WITHOUT_ERROR_TEXT)),
+            is_error: true,
+            entry: None,
+        }),
+        // Completed without a result entry.
+        None => Some(Answer {
+            call,
+            content: Cow::Borrowed(RESULT_NOT_RECORDED_TEXT),
+            is_error: false,
+            entry: None,
+        }),
+    }
+}
+
+/// Rule 6: with no system entry, the default system prompt (with the
+/// display name put in) goes first.
+fn add_default_system(steps: &mut Vec<Step<'_>>, options: &RenderOptions) {
     let has_system = steps.iter().any(|step| matches!(step, Step::System { .. }));
     if let Some(prompt) = &options.default_system_prompt {
         if !has_system && has_text(Some(prompt)) {
@@ -190,10 +232,4 @@ pub(crate) fn plan<'a>(
             steps.insert(0, Step::System { text, entry: None });
         }
     }
-
-    Ok(Plan {
-        steps,
-        unfinished_calls,
-        skipped_results,
-    })
 }

@@ -17,7 +17,7 @@ use super::build::{message_list, optional_string, string_field, Builder, CallRef
 use super::layout::{self, Extras, Piece};
 use super::openai::{content_text, system_role};
 use super::plan::{Plan, Step};
-use super::{Provider, ProviderError, RenderOptions};
+use super::{Provider, RenderOptions};
 use crate::model::Reasoning;
 
 /// Separator between summary parts joined into one reasoning text.
@@ -145,7 +145,7 @@ fn split_summary<'t>(text: &'t str, bytes: &[usize]) -> Option<Vec<&'t str>> {
     (offset == text.len() && !parts.is_empty()).then_some(parts)
 }
 
-pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> Result<(), ProviderError> {
+pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> crate::Result<()> {
     if let Some(instructions) = value.get("instructions").and_then(Value::as_str) {
         builder.system(instructions.to_string(), None);
     }
@@ -236,7 +236,7 @@ pub(crate) fn to_entries(value: &Value, builder: &mut Builder<'_>) -> Result<(),
     Ok(())
 }
 
-fn reasoning(builder: &Builder<'_>, item: &Value, path: &str) -> Result<Parsed, ProviderError> {
+fn reasoning(builder: &Builder<'_>, item: &Value, path: &str) -> crate::Result<Parsed> {
     if let Some(Value::Array(content)) = item.get("content") {
         if !content.is_empty() {
             return Err(builder.unsupported(format!("{path}.content"), "raw reasoning content"));

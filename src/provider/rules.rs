@@ -285,157 +285,26 @@ fn valid_tool_use_id(id: &str) -> bool {
 
 /// Anthropic Messages `system` and `messages`.
 pub fn check_anthropic(system: Option<&Value>, messages: &[Value]) -> Result<(), String> {
-    match system {
-        None => {}
-        Some(Value::String(text)) if !is_blank(text) => {}
-        Some(Value::Array(blocks)) if !blocks.is_empty() => {
-            for block in blocks {
-                let text = block.get("text").and_then(Value::as_str);
-                if block.get("type").and_then(Value::as_str) != Some("text")
-                    || text.is_none_or(is_blank)
-                {
-                    return Err("system: every block must be a non-blank text block".into());
-                }
-            }
-        }
-        Some(_) => return Err("system: must be a non-blank string or text blocks".into()),
-    }
+    check_anthropic_system(system)?;
     let mut tool_use_ids = HashSet::new();
     let mut awaiting: Vec<String> = Vec::new();
     let mut previous_role: Option<&str> = None;
     for (index, message) in messages.iter().enumerate() {
         let at = format!("message {index}");
-        let role = role(message).ok_or(format!("{at}: no role"))?;
-        if role != "user" && role != "assistant" {
-            return Err(format!(
-                "{at}: role {role:?} (only user and assistant; the system prompt is top-level)"
-            ));
-        }
-        if index == 0 && role != "user" {
-            return Err(format!("{at}: the first message must be the user's"));
-        }
-        if previous_role == Some(role) {
-            return Err(format!(
-                "{at}: two {role} messages in a row (roles must alternate)"
-            ));
-        }
+        let role = anthropic_role(&at, index, message, previous_role)?;
         previous_role = Some(role);
-        let blocks: Vec<Value> = match message.get("content") {
-            Some(Value::String(text)) => {
-                if is_blank(text) {
-                    return Err(format!("{at}: blank content"));
-                }
-                Vec::new()
-            }
-            Some(Value::Array(blocks)) if !blocks.is_empty() => blocks.clone(),
-            _ => {
-                return Err(format!(
-                    "{at}: content must be a non-blank string or blocks"
-                ))
-            }
+        let blocks = anthropic_blocks(&at, message)?;
+        let mut turn = AnthropicTurn {
+            role,
+            answering: std::mem::take(&mut awaiting),
+            answered: HashSet::new(),
+            results_done: false,
         };
-        let answering = std::mem::take(&mut awaiting);
-        let mut answered = HashSet::new();
-        let mut results_done = false;
         for (block_index, block) in blocks.iter().enumerate() {
             let at = format!("{at} block {block_index}");
-            let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
-            let only = |wanted: &str| {
-                if role == wanted {
-                    Ok(())
-                } else {
-                    Err(format!("{at}: {kind} block in a {role} message"))
-                }
-            };
-            if kind != "tool_result" {
-                results_done = true;
-            }
-            match kind {
-                "text" => {
-                    if block
-                        .get("text")
-                        .and_then(Value::as_str)
-                        .is_none_or(is_blank)
-                    {
-                        return Err(format!("{at}: blank text block"));
-                    }
-                }
-                "thinking" => {
-                    only("assistant")?;
-                    let signature = block.get("signature").and_then(Value::as_str);
-                    if !is_string(block.get("thinking")) || signature.is_none_or(str::is_empty) {
-                        return Err(format!("{at}: thinking needs its text and signature"));
-                    }
-                }
-                "redacted_thinking" => {
-                    only("assistant")?;
-                    if block
-                        .get("data")
-                        .and_then(Value::as_str)
-                        .is_none_or(str::is_empty)
-                    {
-                        return Err(format!("{at}: redacted_thinking needs its data"));
-                    }
-                }
-                "tool_use" => {
-                    only("assistant")?;
-                    let id = block.get("id").and_then(Value::as_str).unwrap_or("");
-                    if !valid_tool_use_id(id) {
-                        return Err(format!("{at}: tool_use id {id:?} is not [A-Za-z0-9_-]+"));
-                    }
-                    if !tool_use_ids.insert(id.to_string()) {
-                        return Err(format!("{at}: tool_use id {id:?} used twice"));
-                    }
-                    if !is_string(block.get("name"))
-                        || !block.get("input").is_some_and(Value::is_object)
-                    {
-                        return Err(format!("{at}: tool_use needs a name and an object input"));
-                    }
-                    awaiting.push(id.to_string());
-                }
-                "tool_result" => {
-                    only("user")?;
-                    if results_done {
-                        return Err(format!(
-                            "{at}: tool_result after other content (results come first)"
-                        ));
-                    }
-                    let id = block
-                        .get("tool_use_id")
-                        .and_then(Value::as_str)
-                        .unwrap_or("");
-                    if !answering.iter().any(|open| open == id) {
-                        return Err(format!(
-                            "{at}: tool_result for {id:?} answers no tool_use of the previous message"
-                        ));
-                    }
-                    if !answered.insert(id.to_string()) {
-                        return Err(format!("{at}: second tool_result for {id:?}"));
-                    }
-                    if !matches!(block.get("is_error"), None | Some(Value::Bool(_))) {
-                        return Err(format!("{at}: is_error is not a boolean"));
-                    }
-                    if !matches!(
-                        block.get("content"),
-                        None | Some(Value::String(_) | Value::Array(_))
-                    ) {
-                        return Err(format!(
-                            "{at}: tool_result content is neither a string nor blocks"
-                        ));
-                    }
-                }
-                other => return Err(format!("{at}: unknown block type {other:?}")),
-            }
+            turn.check_block(&at, block, &mut tool_use_ids, &mut awaiting)?;
         }
-        let unanswered: Vec<&String> = answering
-            .iter()
-            .filter(|id| !answered.contains(*id))
-            .collect();
-        if !unanswered.is_empty() {
-            return Err(format!(
-                "{at}: tool_use {unanswered:?} of the previous message not answered here"
-            ));
-        }
+        turn.check_all_answered(&at)?;
     }
     if !awaiting.is_empty() {
         return Err(format!(
@@ -445,32 +314,223 @@ pub fn check_anthropic(system: Option<&Value>, messages: &[Value]) -> Result<(),
     Ok(())
 }
 
+/// Anthropic's top-level `system`: absent, a non-blank string, or non-blank
+/// text blocks.
+fn check_anthropic_system(system: Option<&Value>) -> Result<(), String> {
+    match system {
+        None => Ok(()),
+        Some(Value::String(text)) if !is_blank(text) => Ok(()),
+        Some(Value::Array(blocks)) if !blocks.is_empty() => {
+            for block in blocks {
+                let text = block.get("text").and_then(Value::as_str);
+                if block.get("type").and_then(Value::as_str) != Some("text")
+                    || text.is_none_or(is_blank)
+                {
+                    return Err("system: every block must be a non-blank text block".into());
+                }
+            }
+            Ok(())
+        }
+        Some(_) => Err("system: must be a non-blank string or text blocks".into()),
+    }
+}
+
+/// A message's role: user or assistant, the user's first, alternating.
+fn anthropic_role<'v>(
+    at: &str,
+    index: usize,
+    message: &'v Value,
+    previous_role: Option<&str>,
+) -> Result<&'v str, String> {
+    let role = role(message).ok_or(format!("{at}: no role"))?;
+    if role != "user" && role != "assistant" {
+        return Err(format!(
+            "{at}: role {role:?} (only user and assistant; the system prompt is top-level)"
+        ));
+    }
+    if index == 0 && role != "user" {
+        return Err(format!("{at}: the first message must be the user's"));
+    }
+    if previous_role == Some(role) {
+        return Err(format!(
+            "{at}: two {role} messages in a row (roles must alternate)"
+        ));
+    }
+    Ok(role)
+}
+
+/// A message's content blocks (none for non-blank string content).
+fn anthropic_blocks(at: &str, message: &Value) -> Result<Vec<Value>, String> {
+    match message.get("content") {
+        Some(Value::String(text)) => {
+            if is_blank(text) {
+                return Err(format!("{at}: blank content"));
+            }
+            Ok(Vec::new())
+        }
+        Some(Value::Array(blocks)) if !blocks.is_empty() => Ok(blocks.clone()),
+        _ => Err(format!(
+            "{at}: content must be a non-blank string or blocks"
+        )),
+    }
+}
+
+/// One Anthropic message being checked: its role, the `tool_use` ids of the
+/// previous message it must answer, those it answered, and whether a block
+/// other than `tool_result` came (results come first).
+struct AnthropicTurn<'v> {
+    role: &'v str,
+    answering: Vec<String>,
+    answered: HashSet<String>,
+    results_done: bool,
+}
+
+impl AnthropicTurn<'_> {
+    /// Checks one block; a `tool_use` is added to `tool_use_ids` (unique
+    /// across the request) and to `awaiting` (answered by the next message).
+    fn check_block(
+        &mut self,
+        at: &str,
+        block: &Value,
+        tool_use_ids: &mut HashSet<String>,
+        awaiting: &mut Vec<String>,
+    ) -> Result<(), String> {
+        let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+        let role = self.role;
+        let only = |wanted: &str| {
+            if role == wanted {
+                Ok(())
+            } else {
+                Err(format!("{at}: {kind} block in a {role} message"))
+            }
+        };
+        if kind != "tool_result" {
+            self.results_done = true;
+        }
+        match kind {
+            "text" => {
+                if block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .is_none_or(is_blank)
+                {
+                    return Err(format!("{at}: blank text block"));
+                }
+            }
+            "thinking" => {
+                only("assistant")?;
+                let signature = block.get("signature").and_then(Value::as_str);
+                if !is_string(block.get("thinking")) || signature.is_none_or(str::is_empty) {
+                    return Err(format!("{at}: thinking needs its text and signature"));
+                }
+            }
+            "redacted_thinking" => {
+                only("assistant")?;
+                if block
+                    .get("data")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    return Err(format!("{at}: redacted_thinking needs its data"));
+                }
+            }
+            "tool_use" => {
+                only("assistant")?;
+                awaiting.push(check_tool_use(at, block, tool_use_ids)?);
+            }
+            "tool_result" => {
+                only("user")?;
+                self.check_tool_result(at, block)?;
+            }
+            other => return Err(format!("{at}: unknown block type {other:?}")),
+        }
+        Ok(())
+    }
+
+    /// A `tool_result`: first in its message, answering a `tool_use` of the
+    /// previous message once, with a boolean `is_error` and string or block
+    /// content.
+    fn check_tool_result(&mut self, at: &str, block: &Value) -> Result<(), String> {
+        if self.results_done {
+            return Err(format!(
+                "{at}: tool_result after other content (results come first)"
+            ));
+        }
+        let id = block
+            .get("tool_use_id")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !self.answering.iter().any(|open| open == id) {
+            return Err(format!(
+                "{at}: tool_result for {id:?} answers no tool_use of the previous message"
+            ));
+        }
+        if !self.answered.insert(id.to_string()) {
+            return Err(format!("{at}: second tool_result for {id:?}"));
+        }
+        if !matches!(block.get("is_error"), None | Some(Value::Bool(_))) {
+            return Err(format!("{at}: is_error is not a boolean"));
+        }
+        if !matches!(
+            block.get("content"),
+            None | Some(Value::String(_) | Value::Array(_))
+        ) {
+            return Err(format!(
+                "{at}: tool_result content is neither a string nor blocks"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every `tool_use` of the previous message is answered in this one.
+    fn check_all_answered(&self, at: &str) -> Result<(), String> {
+        let unanswered: Vec<&String> = self
+            .answering
+            .iter()
+            .filter(|id| !self.answered.contains(*id))
+            .collect();
+        if !unanswered.is_empty() {
+            return Err(format!(
+                "{at}: tool_use {unanswered:?} of the previous message not answered here"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A `tool_use` block: a valid id not used before, a name and an object
+/// input. Returns its id.
+fn check_tool_use(
+    at: &str,
+    block: &Value,
+    tool_use_ids: &mut HashSet<String>,
+) -> Result<String, String> {
+    let id = block.get("id").and_then(Value::as_str).unwrap_or("");
+    if !valid_tool_use_id(id) {
+        return Err(format!("{at}: tool_use id {id:?} is not [A-Za-z0-9_-]+"));
+    }
+    if !tool_use_ids.insert(id.to_string()) {
+        return Err(format!("{at}: tool_use id {id:?} used twice"));
+    }
+    if !is_string(block.get("name")) || !block.get("input").is_some_and(Value::is_object) {
+        return Err(format!("{at}: tool_use needs a name and an object input"));
+    }
+    Ok(id.to_string())
+}
+
+/// A Gemini function call awaiting its response: name and id (if it has one).
+type GeminiCall = (String, Option<String>);
+
 /// Gemini `system_instruction` and `contents`.
 pub fn check_gemini(system_instruction: Option<&Value>, contents: &[Value]) -> Result<(), String> {
     if let Some(system) = system_instruction {
-        let parts = system
-            .get("parts")
-            .and_then(Value::as_array)
-            .filter(|parts| !parts.is_empty())
-            .ok_or("system_instruction: needs non-empty parts")?;
-        if !parts.iter().all(|part| is_string(part.get("text"))) {
-            return Err("system_instruction: every part must be text".into());
-        }
+        check_gemini_system(system)?;
     }
-    let mut awaiting: Vec<(String, Option<String>)> = Vec::new();
+    let mut awaiting: Vec<GeminiCall> = Vec::new();
     let mut previous_role: Option<&str> = None;
     for (index, content) in contents.iter().enumerate() {
         let at = format!("content {index}");
-        let role = role(content).ok_or(format!("{at}: no role"))?;
-        if role != "user" && role != "model" {
-            return Err(format!("{at}: role {role:?} (only user and model)"));
-        }
-        if index == 0 && role != "user" {
-            return Err(format!("{at}: the first content must be the user's"));
-        }
-        if previous_role == Some(role) {
-            return Err(format!("{at}: two {role} contents in a row"));
-        }
+        let role = gemini_role(&at, index, content, previous_role)?;
         previous_role = Some(role);
         let parts = content
             .get("parts")
@@ -481,68 +541,12 @@ pub fn check_gemini(system_instruction: Option<&Value>, contents: &[Value]) -> R
         let mut responses = 0usize;
         for (part_index, part) in parts.iter().enumerate() {
             let at = format!("{at} part {part_index}");
-            let fields = ["text", "functionCall", "functionResponse"]
-                .into_iter()
-                .filter(|field| part.get(field).is_some())
-                .collect::<Vec<_>>();
-            let [field] = fields.as_slice() else {
-                return Err(format!(
-                    "{at}: a part holds exactly one of text, functionCall, functionResponse"
-                ));
-            };
-            if !matches!(part.get("thoughtSignature"), None | Some(Value::String(_))) {
-                return Err(format!("{at}: thoughtSignature is not a string"));
-            }
-            match *field {
-                "text" => {
-                    if !is_string(part.get("text")) {
-                        return Err(format!("{at}: text is not a string"));
-                    }
-                    if role == "user" && part.get("thought").is_some() {
-                        return Err(format!("{at}: thought part from the user"));
-                    }
-                }
-                "functionCall" => {
-                    if role != "model" {
-                        return Err(format!("{at}: functionCall from the user"));
-                    }
-                    let call = &part["functionCall"];
-                    let name = call
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .ok_or(format!("{at}: functionCall without name"))?;
-                    if !matches!(call.get("args"), None | Some(Value::Object(_))) {
-                        return Err(format!("{at}: functionCall args is not an object"));
-                    }
-                    let id = call.get("id").and_then(Value::as_str).map(str::to_string);
-                    awaiting.push((name.to_string(), id));
-                }
+            match gemini_part_field(&at, part)? {
+                "text" => check_gemini_text(&at, role, part)?,
+                "functionCall" => awaiting.push(check_gemini_call(&at, role, part)?),
                 _ => {
-                    if role != "user" {
-                        return Err(format!("{at}: functionResponse from the model"));
-                    }
-                    if part_index != responses {
-                        return Err(format!(
-                            "{at}: functionResponse after other parts (responses come first)"
-                        ));
-                    }
-                    let response = &part["functionResponse"];
-                    let Some((name, id)) = answering.get(responses) else {
-                        return Err(format!(
-                            "{at}: functionResponse answers no call of the previous model content"
-                        ));
-                    };
-                    if response.get("name").and_then(Value::as_str) != Some(name.as_str()) {
-                        return Err(format!("{at}: functionResponse name differs from call {responses} ({name:?}); responses go in call order"));
-                    }
-                    if response.get("id").and_then(Value::as_str) != id.as_deref() {
-                        return Err(format!(
-                            "{at}: functionResponse id differs from its call's ({id:?})"
-                        ));
-                    }
-                    if !response.get("response").is_some_and(Value::is_object) {
-                        return Err(format!("{at}: functionResponse response is not an object"));
-                    }
+                    let first_parts = part_index == responses;
+                    check_gemini_response(&at, role, part, first_parts, responses, &answering)?;
                     responses += 1;
                 }
             }
@@ -559,6 +563,126 @@ pub fn check_gemini(system_instruction: Option<&Value>, contents: &[Value]) -> R
         return Err(format!(
             "the last model content's calls {awaiting:?} are never answered"
         ));
+    }
+    Ok(())
+}
+
+/// `system_instruction`: non-empty parts, all text.
+fn check_gemini_system(system: &Value) -> Result<(), String> {
+    let parts = system
+        .get("parts")
+        .and_then(Value::as_array)
+        .filter(|parts| !parts.is_empty())
+        .ok_or("system_instruction: needs non-empty parts")?;
+    if !parts.iter().all(|part| is_string(part.get("text"))) {
+        return Err("system_instruction: every part must be text".into());
+    }
+    Ok(())
+}
+
+/// A content's role: user or model, the user's first, alternating.
+fn gemini_role<'v>(
+    at: &str,
+    index: usize,
+    content: &'v Value,
+    previous_role: Option<&str>,
+) -> Result<&'v str, String> {
+    let role = role(content).ok_or(format!("{at}: no role"))?;
+    if role != "user" && role != "model" {
+        return Err(format!("{at}: role {role:?} (only user and model)"));
+    }
+    if index == 0 && role != "user" {
+        return Err(format!("{at}: the first content must be the user's"));
+    }
+    if previous_role == Some(role) {
+        return Err(format!("{at}: two {role} contents in a row"));
+    }
+    Ok(role)
+}
+
+/// The one field a part holds (`text`, `functionCall` or
+/// `functionResponse`); its `thoughtSignature`, if any, is a string.
+fn gemini_part_field(at: &str, part: &Value) -> Result<&'static str, String> {
+    let fields = ["text", "functionCall", "functionResponse"]
+        .into_iter()
+        .filter(|field| part.get(field).is_some())
+        .collect::<Vec<_>>();
+    let [field] = fields.as_slice() else {
+        return Err(format!(
+            "{at}: a part holds exactly one of text, functionCall, functionResponse"
+        ));
+    };
+    if !matches!(part.get("thoughtSignature"), None | Some(Value::String(_))) {
+        return Err(format!("{at}: thoughtSignature is not a string"));
+    }
+    Ok(field)
+}
+
+/// A text part: a string, and no thought from the user.
+fn check_gemini_text(at: &str, role: &str, part: &Value) -> Result<(), String> {
+    if !is_string(part.get("text")) {
+        return Err(format!("{at}: text is not a string"));
+    }
+    if role == "user" && part.get("thought").is_some() {
+        return Err(format!("{at}: thought part from the user"));
+    }
+    Ok(())
+}
+
+/// A `functionCall` part: from the model, with a name and object `args`.
+/// Returns the call, to be answered by the next content.
+fn check_gemini_call(at: &str, role: &str, part: &Value) -> Result<GeminiCall, String> {
+    if role != "model" {
+        return Err(format!("{at}: functionCall from the user"));
+    }
+    let call = &part["functionCall"];
+    let name = call
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or(format!("{at}: functionCall without name"))?;
+    if !matches!(call.get("args"), None | Some(Value::Object(_))) {
+        return Err(format!("{at}: functionCall args is not an object"));
+    }
+    let id = call.get("id").and_then(Value::as_str).map(str::to_string);
+    Ok((name.to_string(), id))
+}
+
+/// The `functionResponse` part answering call `responses` of the previous
+/// model content: from the user, among the first parts of its content
+/// (`first_parts`: only responses precede it), with the call's name and id
+/// and an object `response`.
+fn check_gemini_response(
+    at: &str,
+    role: &str,
+    part: &Value,
+    first_parts: bool,
+    responses: usize,
+    answering: &[GeminiCall],
+) -> Result<(), String> {
+    if role != "user" {
+        return Err(format!("{at}: functionResponse from the model"));
+    }
+    if !first_parts {
+        return Err(format!(
+            "{at}: functionResponse after other parts (responses come first)"
+        ));
+    }
+    let response = &part["functionResponse"];
+    let Some((name, id)) = answering.get(responses) else {
+        return Err(format!(
+            "{at}: functionResponse answers no call of the previous model content"
+        ));
+    };
+    if response.get("name").and_then(Value::as_str) != Some(name.as_str()) {
+        return Err(format!("{at}: functionResponse name differs from call {responses} ({name:?}); responses go in call order"));
+    }
+    if response.get("id").and_then(Value::as_str) != id.as_deref() {
+        return Err(format!(
+            "{at}: functionResponse id differs from its call's ({id:?})"
+        ));
+    }
+    if !response.get("response").is_some_and(Value::is_object) {
+        return Err(format!("{at}: functionResponse response is not an object"));
     }
     Ok(())
 }

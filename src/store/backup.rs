@@ -67,10 +67,13 @@ pub fn backup(source: &Path, dest: &Path, progress: &mut dyn FnMut(u64)) -> Resu
     check_destination(&storage, source, dest)?;
     let partial = partial_path(dest);
     if storage.exists(&partial) {
-        return Err(Error::InvalidArgument(format!(
-            "{} holds an interrupted backup; remove it and run the backup again",
-            partial.display()
-        )));
+        return Err(Error::BackupDestination {
+            destination: dest.to_path_buf(),
+            reason: format!(
+                "{} holds an interrupted backup; remove it and run the backup again",
+                partial.display()
+            ),
+        });
     }
 
     // Open every segment, then every snapshot, before reading anything.
@@ -195,17 +198,18 @@ pub fn backup(source: &Path, dest: &Path, progress: &mut dyn FnMut(u64)) -> Resu
     // The copy must open as a store and hold exactly [first_lsn, next_lsn).
     let verified = crate::store::verify(dest, &mut |_| {})?;
     if (verified.log.first_lsn, verified.log.next_lsn) != (first_lsn, next_lsn) {
-        return Err(Error::InvalidArgument(format!(
-            "the backup at {} verifies as LSNs {}..{}, not the {first_lsn}..{next_lsn} that was copied",
-            dest.display(),
-            verified.log.first_lsn,
-            verified.log.next_lsn
-        )));
+        return Err(Error::BackupVerify {
+            destination: dest.to_path_buf(),
+            reason: format!(
+                "it holds LSNs {}..{}, not the {first_lsn}..{next_lsn} that was copied",
+                verified.log.first_lsn, verified.log.next_lsn
+            ),
+        });
     }
     if let Some((path, Err(reason))) = verified.snapshots.iter().find(|(_, check)| check.is_err()) {
-        return Err(Error::SnapshotRestore {
-            path: path.clone(),
-            reason: format!("the backup's snapshot does not verify: {reason}"),
+        return Err(Error::BackupVerify {
+            destination: dest.to_path_buf(),
+            reason: format!("its snapshot {} does not verify: {reason}", path.display()),
         });
     }
     Ok(report)
@@ -249,21 +253,22 @@ fn check_destination(storage: &dyn Storage, source: &Path, dest: &Path) -> Resul
         if !names.is_empty() {
             let mut shown: Vec<&str> = names.iter().map(String::as_str).take(3).collect();
             shown.sort_unstable();
-            return Err(Error::InvalidArgument(format!(
-                "backup destination {} is not empty (it holds {}{}); a backup goes into a new or empty directory",
-                dest.display(),
-                shown.join(", "),
-                if names.len() > 3 { ", …" } else { "" }
-            )));
+            return Err(Error::BackupDestination {
+                destination: dest.to_path_buf(),
+                reason: format!(
+                    "it is not empty (it holds {}{}); a backup goes into a new or empty directory",
+                    shown.join(", "),
+                    if names.len() > 3 { ", …" } else { "" }
+                ),
+            });
         }
     }
     let absolute = |path: &Path| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     if absolute(dest).starts_with(absolute(source)) {
-        return Err(Error::InvalidArgument(format!(
-            "backup destination {} is inside the store {}",
-            dest.display(),
-            source.display()
-        )));
+        return Err(Error::BackupDestination {
+            destination: dest.to_path_buf(),
+            reason: format!("it is inside the store {}", source.display()),
+        });
     }
     Ok(())
 }
@@ -305,10 +310,10 @@ fn open_segments(storage: &dyn Storage, source: &Path) -> Result<Vec<Opened>> {
         }
         return Ok(opened);
     }
-    Err(Error::InvalidArgument(format!(
-        "the segments of {} kept disappearing while the backup listed them ({LISTING_ATTEMPTS_MAX} attempts); is a compaction loop running?",
-        source.display()
-    )))
+    Err(Error::BackupSourceChanging {
+        store: source.to_path_buf(),
+        attempts: LISTING_ATTEMPTS_MAX,
+    })
 }
 
 /// Opens every snapshot file of the store, newest first. One deleted

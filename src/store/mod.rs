@@ -823,9 +823,7 @@ impl Store {
     ) -> Result<Range<Lsn>> {
         let log = self.log.writer("append")?;
         if events.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a batch needs at least one event".to_string(),
-            ));
+            return Err(Error::EmptyBatch);
         }
         for (index, event) in events.iter().enumerate() {
             event
@@ -970,7 +968,7 @@ impl StoreCore {
         let mut slice = match &snapshot {
             Some(loaded) => match loaded.read_blob(conversation_id) {
                 Ok(Some(blob)) => Some(codec::decode_value::<ConversationSlice>(&blob).map_err(|reason| {
-                    Error::SnapshotRestore {
+                    Error::SnapshotDamaged {
                         path: loaded.path.clone(),
                         reason: format!("the slice of conversation {conversation_id:?} does not decode: {reason}"),
                     }
@@ -1160,12 +1158,12 @@ impl StoreCore {
         // meanwhile, copying a slice they fold while it is held here.
         let mut host_slices = Vec::new();
         for (reducer, slice) in &taken {
-            let bytes = reducer.encode(slice.as_ref()).map_err(|reason| {
-                Error::InvalidArgument(format!(
-                    "host slice {} does not encode: {reason}",
-                    reducer.name()
-                ))
-            })?;
+            let bytes = reducer
+                .encode(slice.as_ref())
+                .map_err(|reason| Error::SliceEncode {
+                    reducer: reducer.name().to_string(),
+                    reason,
+                })?;
             host_slices.push((reducer.name().to_string(), bytes));
         }
         drop(taken);
@@ -1187,10 +1185,15 @@ impl StoreCore {
                     Some(
                         codec::encode_value(&slice)
                             .map(|blob| (id.clone(), blob))
-                            .map_err(|reason| {
-                                Error::InvalidArgument(format!(
-                                    "slice of {id:?} does not encode: {reason}"
-                                ))
+                            .map_err(|reason| Error::SnapshotWrite {
+                                path: self
+                                    .log
+                                    .dir()
+                                    .join(snapshot::SNAPSHOT_DIR)
+                                    .join(snapshot::snapshot_file_name(lsn)),
+                                reason: format!(
+                                    "the slice of conversation {id:?} does not encode: {reason}"
+                                ),
                             }),
                     )
                 }
@@ -1267,9 +1270,10 @@ impl Store {
                 &self.open_report.recovery.store_id,
                 None,
             )
-            .map_err(|mismatch| Error::SnapshotRestore {
-                path: loaded.path.clone(),
-                reason: format!("{mismatch}; compaction deleted nothing"),
+            .map_err(|mismatch| Error::CompactionRefused {
+                store: self.log.dir().to_path_buf(),
+                snapshot: loaded.path.clone(),
+                reason: mismatch.to_string(),
             })?;
             log.remove_segments_before(lsn)?
         };
@@ -1439,7 +1443,7 @@ impl StoreCore {
                 },
                 other => other,
             },
-            None => Error::InvalidArgument("the host slices are not poisoned".to_string()),
+            None => unreachable!("asked why the host slices are poisoned when they are not"),
         }
     }
 
@@ -1532,10 +1536,10 @@ impl StoreCore {
             }
             let result = std::panic::catch_unwind(AssertUnwindSafe(|| self.snapshot()))
                 .unwrap_or_else(|payload| {
-                    Err(Error::InvalidArgument(format!(
-                        "a host slice panicked while it was encoded: {}",
-                        reducer::panic_message(payload.as_ref())
-                    )))
+                    Err(Error::SnapshotPanicked {
+                        store: self.log.dir().to_path_buf(),
+                        message: reducer::panic_message(payload.as_ref()),
+                    })
                 });
             let mut background = self.background.lock();
             background.running = false;
@@ -1573,7 +1577,7 @@ impl StoreCore {
                 store_id: self.open_report.recovery.store_id,
                 chain,
             }),
-            other => Err(Error::SnapshotRestore {
+            other => Err(Error::SnapshotWrite {
                 path: self
                     .log
                     .dir()
@@ -1866,7 +1870,7 @@ fn no_usable_snapshot(
 /// A load failure as a reason to skip a snapshot.
 fn damaged_reason(error: &Error) -> String {
     match error {
-        Error::SnapshotRestore { reason, .. } => format!("damaged: {reason}"),
+        Error::SnapshotDamaged { reason, .. } => format!("damaged: {reason}"),
         other => format!("damaged: {other}"),
     }
 }

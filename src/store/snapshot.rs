@@ -123,7 +123,7 @@ impl LoadedSnapshot {
             .read_at(&mut blob, location.offset)
             .map_err(Error::io("read snapshot", &self.path))?;
         if read != blob.len() || crc32fast::hash(&blob) != location.crc {
-            return Err(Error::SnapshotRestore {
+            return Err(Error::SnapshotDamaged {
                 path: self.path.clone(),
                 reason: format!(
                     "the slice of conversation {conversation_id:?} at offset {} fails its checksum",
@@ -216,7 +216,7 @@ pub fn write(
         }
     }
     let directory_bytes =
-        codec::encode_value(&directory).map_err(|reason| Error::SnapshotRestore {
+        codec::encode_value(&directory).map_err(|reason| Error::SnapshotWrite {
             path: temporary.clone(),
             reason: format!("cannot encode the snapshot directory: {reason}"),
         })?;
@@ -273,7 +273,7 @@ fn field_u64(bytes: &[u8], offset: usize) -> u64 {
 
 /// Reads and checks a snapshot's header and directory.
 pub fn load(storage: &dyn Storage, path: &Path) -> Result<LoadedSnapshot> {
-    let damaged = |reason: String| Error::SnapshotRestore {
+    let damaged = |reason: String| Error::SnapshotDamaged {
         path: path.to_path_buf(),
         reason,
     };
@@ -375,7 +375,7 @@ pub fn verify(storage: &dyn Storage, path: &Path) -> Result<(Lsn, usize)> {
     for id in snapshot.conversations.keys() {
         let blob = snapshot.read_blob(id)?.expect("listed in the directory");
         codec::decode_value::<crate::conversation::ConversationSlice>(&blob).map_err(|reason| {
-            Error::SnapshotRestore {
+            Error::SnapshotDamaged {
                 path: path.to_path_buf(),
                 reason: format!("the slice of conversation {id:?} does not decode: {reason}"),
             }
@@ -536,7 +536,7 @@ pub enum SnapshotRejection {
 impl std::fmt::Display for SnapshotRejection {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SnapshotRejection::Damaged(Error::SnapshotRestore { reason, .. }) => {
+            SnapshotRejection::Damaged(Error::SnapshotDamaged { reason, .. }) => {
                 write!(formatter, "damaged: {reason}")
             }
             SnapshotRejection::Damaged(error) => write!(formatter, "damaged: {error}"),

@@ -7,10 +7,9 @@ use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::path::Path;
 
-use convlog::control::{ContextsReducer, ControlError};
-use convlog::json::{self, LineError};
+use convlog::control::ContextsReducer;
+use convlog::json;
 use convlog::log::LogReader;
-use convlog::provider::ProviderError;
 use convlog::store::{Retention, StoreBuilder, StoreOptions};
 use convlog::{Durability, Error, Event, Store};
 
@@ -169,25 +168,6 @@ impl From<Error> for Failure {
     }
 }
 
-impl From<LineError> for Failure {
-    fn from(error: LineError) -> Failure {
-        Failure(error.to_string())
-    }
-}
-
-impl From<ControlError> for Failure {
-    /// The message-control wording, unchanged ("Context does not belong to user").
-    fn from(error: ControlError) -> Failure {
-        Failure(error.to_string())
-    }
-}
-
-impl From<ProviderError> for Failure {
-    fn from(error: ProviderError) -> Failure {
-        Failure(error.to_string())
-    }
-}
-
 pub fn row(label: &str, value: impl std::fmt::Display) {
     println!("{label:<LABEL_WIDTH$}{value}");
 }
@@ -280,10 +260,10 @@ pub fn append(dir: &Path, durability: Durability, create_in_nonempty: bool) -> R
             Ok(text) => json::parse_line(line, text, &mut |conversation, evaluation| {
                 sequences.next(&store, conversation, evaluation)
             }),
-            Err(error) => Err(LineError {
+            Err(error) => Err(Error::InvalidLine {
                 line,
                 field: None,
-                message: format!(
+                reason: format!(
                     "not UTF-8 text (invalid byte at offset {} of the line)",
                     error.valid_up_to()
                 ),
@@ -310,7 +290,7 @@ pub fn append(dir: &Path, durability: Durability, create_in_nonempty: bool) -> R
                 rejected.push(line);
                 continue;
             }
-            Err(error @ (Error::LimitExceeded { .. } | Error::InvalidArgument(_))) => {
+            Err(error @ (Error::LimitExceeded { .. } | Error::EmptyBatch)) => {
                 eprintln!("convlog: error: line {line}: {error}");
                 rejected.push(line);
                 continue;

@@ -16,6 +16,8 @@ use convlog::resume::{PromptIdentity, ResumeOptions};
 use convlog::store::{Store, StoreOptions};
 use convlog::{Error, Event, Result};
 
+use crate::commands::Failure;
+
 const CONVERSATION: &str = "trip-planner";
 const CITIES: [&str; 3] = ["paris", "rome", "oslo"];
 /// The worker's tool for this city hangs, so the kill lands mid-batch.
@@ -231,10 +233,10 @@ pub fn worker(dir: &Path) -> Result<()> {
 }
 
 /// The demonstration: start the first host, kill it mid-batch, carry on.
-pub fn run(dir: Option<PathBuf>) -> Result<()> {
+pub fn run(dir: Option<PathBuf>) -> std::result::Result<(), Failure> {
     let dir = dir.unwrap_or_else(default_demo_dir);
     if dir.exists() {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Failure(format!(
             "{} already exists; the demo wants a new directory (pass another --dir)",
             dir.display()
         )));
@@ -324,7 +326,7 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
         .rev()
         .find(|entry| entry.role == Role::Assistant && !entry.tool_calls.is_empty())
         .cloned()
-        .ok_or_else(|| Error::InvalidArgument("the evaluation has no tool batch".into()))?;
+        .ok_or_else(|| Failure("the evaluation has no tool batch".into()))?;
     for unfinished in &state.unfinished_calls {
         store.append(&[state.rerun_event(&unfinished.call.call_id, Timestamp::now())])?;
         let city = &unfinished.call.call_id["call_".len()..];
@@ -365,8 +367,7 @@ pub fn run(dir: Option<PathBuf>) -> Result<()> {
         .cloned()
         .collect();
     for (number, provider) in [(6, Provider::OpenAiChat), (7, Provider::Anthropic)] {
-        let request = provider::render(provider, &entries, &RenderOptions::default())
-            .map_err(|error| Error::InvalidArgument(error.to_string()))?;
+        let request = provider::render(provider, &entries, &RenderOptions::default())?;
         println!(
             "{number}. The {} request rebuilt from the store:",
             provider.name()

@@ -123,7 +123,9 @@ impl From<PendingArg> for PendingCalls {
 /// Checks a `--curate` spec at parse time (a bad one is a usage error);
 /// the command parses it again into its managers.
 pub fn check_curation(text: &str) -> Result<String, String> {
-    parse_curation(text).map(|_| text.to_string())
+    parse_curation(text)
+        .map(|_| text.to_string())
+        .map_err(|error| error.to_string())
 }
 
 /// `convlog export STORE --conversation ID --format FORMAT [--pending MODE] [--curate SPEC]`.
@@ -149,7 +151,7 @@ pub fn export(
     let slice = slice.expect("the store opened")?;
     let mut entries: Vec<ConversationEntry> = slice.entries().cloned().collect();
     if let Some(spec) = curate {
-        let manager = parse_curation(spec).map_err(Failure)?;
+        let manager = parse_curation(spec)?;
         let context = CurationContext::new()
             .with_store(&store)
             .with_conversation(&slice);

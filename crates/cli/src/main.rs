@@ -388,7 +388,7 @@ fn main() -> ExitCode {
             conversation,
             as_user,
         } => control::change_messages(&store, &conversation, as_user, control::Change::Set),
-        Command::Demo { dir } => demo::run(dir).map_err(commands::Failure::from),
+        Command::Demo { dir } => demo::run(dir),
         Command::DemoWorker { store } => demo::worker(&store).map_err(commands::Failure::from),
     };
     match result {

@@ -9,16 +9,16 @@
 //! since whenever it is read (see `StoreCore::catch_up`).
 
 use std::any::TypeId;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{
-    load_candidates, LogSpan, OpenReport, Ordered, Start, State, Store, StoreCore, StoreOptions,
-};
+use super::hosts::{host_slots, Ordered};
+use super::index::State;
+use super::open::{load_candidates, LogSpan, Start};
+use super::{OpenReport, Store, StoreCore, StoreOptions};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::log::{
@@ -227,6 +227,30 @@ pub(super) fn follow(
     })
 }
 
+/// A directory reader of the store at `dir`, which must hold a segment:
+/// fails with what a writer's open would report (snapshots without a log),
+/// or `Error::NotAStore`, creating nothing.
+fn open_follower_reader(shared: &Arc<dyn Storage>, dir: &Path) -> Result<LogReader> {
+    let storage = shared.as_ref();
+    if !storage.exists(dir) {
+        return Err(Error::NotAStore {
+            path: dir.to_path_buf(),
+        });
+    }
+    if crate::log::segment::list(storage, dir)?.segments.is_empty() {
+        // Snapshots without a log are reported as the writer reports them.
+        load_candidates(storage, dir, &mut OpenReport::default())?;
+        return Err(not_a_store(storage, dir));
+    }
+    LogReader::open_with(
+        dir,
+        ReaderOptions {
+            salvage: false,
+            storage: Arc::clone(shared),
+        },
+    )
+}
+
 /// Why `dir` cannot be read as a store: it holds no segment.
 fn not_a_store(storage: &dyn Storage, dir: &Path) -> Error {
     if storage.exists(&dir.join(crate::log::LOCK_FILE_NAME)) {
@@ -300,29 +324,8 @@ impl Store {
         reducers: Vec<(TypeId, Box<dyn ErasedReducer>)>,
     ) -> Result<Store> {
         let storage = Arc::clone(&options.log.storage);
-        if !storage.exists(&dir) {
-            return Err(Error::NotAStore { path: dir });
-        }
-        if crate::log::segment::list(storage.as_ref(), &dir)?
-            .segments
-            .is_empty()
-        {
-            // Snapshots without a log are reported as the writer reports them.
-            load_candidates(storage.as_ref(), &dir, &mut OpenReport::default())?;
-            return Err(not_a_store(storage.as_ref(), &dir));
-        }
-        let reader = LogReader::open_with(
-            &dir,
-            ReaderOptions {
-                salvage: false,
-                storage: Arc::clone(&storage),
-            },
-        )?;
-        let hosts = reducers
-            .into_iter()
-            .map(|(type_id, reducer)| (type_id, HostSlot::new(reducer)))
-            .collect();
-        let followed = follow(storage.as_ref(), &dir, &reader, hosts)?;
+        let reader = open_follower_reader(&storage, &dir)?;
+        let followed = follow(storage.as_ref(), &dir, &reader, host_slots(reducers))?;
         let next_lsn = followed.tail.next_lsn();
         let follower = Follower {
             dir,
@@ -332,22 +335,19 @@ impl Store {
             tail: Mutex::new(Some(followed.tail)),
             next_lsn: AtomicU64::new(next_lsn),
         };
+        let options = StoreOptions {
+            // A read-only store takes no snapshot.
+            snapshot_every_events: None,
+            snapshot_every_bytes: None,
+            ..options
+        };
+        let ordered = Ordered::new(next_lsn, followed.hosts);
         let core = StoreCore::new(
             Backend::Follower(follower),
             reader,
-            StoreOptions {
-                // A read-only store takes no snapshot.
-                snapshot_every_events: None,
-                snapshot_every_bytes: None,
-                ..options
-            },
+            options,
             followed.state,
-            Ordered {
-                next_lsn,
-                pending: BTreeMap::new(),
-                hosts: followed.hosts,
-                stopped: false,
-            },
+            ordered,
             followed.report,
         );
         Store::start(core)

@@ -25,7 +25,9 @@
 //! # Ok(()) }
 //! ```
 
+pub mod boundary;
 pub mod format;
+mod memory;
 mod reader;
 pub mod recovery;
 pub mod segment;
@@ -42,6 +44,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::{Error, Result};
 use crate::storage::{FileSystem, LockGuard, Storage};
 
+pub use boundary::{Binding, Dropped, EventLog, Locator, LogCursor, LogFollower};
+pub use memory::MemoryLog;
 pub use reader::{LogIter, LogReader, Position, ReaderOptions, Record};
 pub use recovery::{RecoveryReport, Salvage, TornTail, VerifyReport};
 pub use writer::WriterStats;

@@ -89,7 +89,7 @@ impl Store {
         let payloads: Vec<Vec<u8>> = events.iter().map(codec::encode_event).collect();
         // Held until the batch is indexed: see `conditional`.
         let order = self.order_append(&events, expect)?;
-        let (lsns, position) = log.append_batch_positioned(&payloads, durability)?;
+        let (lsns, position) = log.append(&payloads, durability)?;
         let bytes: u64 = payloads.iter().map(|payload| payload.len() as u64).sum();
         let due = {
             let mut state = self.state.write();

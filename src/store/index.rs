@@ -207,7 +207,7 @@ impl StoreCore {
         };
         let limit = below_lsn.unwrap_or(Lsn::MAX);
         for (frame_lsn, position) in positions.into_iter().filter(|(lsn, _)| *lsn < limit) {
-            let records = match self.reader.read_frame(position) {
+            let records = match self.log.log().read_batch(position) {
                 Ok(records) => records,
                 // The writer took this frame back after its position was
                 // taken (a failed fsync under `Durability::None`): it is
@@ -248,7 +248,7 @@ impl StoreCore {
         let mut slice = ConversationSlice::new(conversation_id);
         let limit = below_lsn.unwrap_or(Lsn::MAX);
         let mut found = false;
-        for record in self.reader.iter_from(1) {
+        for record in self.log.log().read_from(1) {
             let record = record?;
             if record.lsn >= limit || record.lsn >= self.log.visible_next_lsn() {
                 break;

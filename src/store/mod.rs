@@ -1,8 +1,11 @@
 //! The conversation store an agent host embeds: events in, slices out.
 //!
-//! A [`Store`] wraps the segment log. Appending a batch of [`Event`]s
-//! validates each, encodes it (`crate::codec`), appends the batch as one
-//! atomic frame, and indexes the frame under every conversation it touches.
+//! A [`Store`] runs on a log: the segment log ([`Store::open`]), or any
+//! implementation of the log boundary, [`EventLog`](crate::log::EventLog)
+//! ([`Store::open_on`]), which is all the store asks of a log. Appending a
+//! batch of [`Event`](crate::model::Event)s validates each, encodes it
+//! (`crate::codec`), appends the batch as one atomic frame, and indexes the
+//! frame under every conversation it touches.
 //! The index holds 16 bytes per (conversation, frame): reading one
 //! conversation reads only its frames and folds them, so its cost follows
 //! that conversation's size, not the store's.
@@ -31,12 +34,14 @@
 //! | `hosts.rs` | host reducers: ordered folding, observers, poison |
 //! | `snapshots.rs` | writing snapshots (also in the background), compaction |
 //! | `snapshot.rs` | the snapshot file format |
+//! | `backend.rs` | the log behind the boundary ([`EventLog`](crate::log::EventLog)), snapshot location, follow state |
 //! | `read_only.rs` | the read-only follower ([`Store::open_read_only`]) |
 //! | `view.rs` | [`LogView`], hosts' read-only view of the log |
 //! | `verify.rs` | [`verify()`], checking a store without opening it |
 //! | `backup.rs` | [`backup()`], consistent copies beside a writer |
 
 mod append;
+mod backend;
 pub mod backup;
 mod conditional;
 mod hosts;
@@ -56,7 +61,7 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::error::Result;
-use crate::log::LogReader;
+use backend::Backend;
 pub use backup::{backup, BackupReport};
 pub use conditional::Expect;
 use hosts::{Dispatch, HostPoison, Ordered};
@@ -64,7 +69,6 @@ use index::State;
 pub use index::StoreStats;
 pub use open::OpenReport;
 pub use options::{Retention, StoreBuilder, StoreOptions};
-use read_only::Backend;
 pub use read_only::READ_ONLY_RESTARTS_MAX;
 use snapshots::Background;
 pub use snapshots::{CompactReport, SnapshotInfo};
@@ -100,7 +104,6 @@ pub struct Store {
 #[doc(hidden)]
 pub struct StoreCore {
     log: Backend,
-    reader: LogReader,
     options: StoreOptions,
     state: RwLock<State>,
     ordered: Mutex<Ordered>,

@@ -9,16 +9,16 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use super::backend::{Backend, Follow, SegmentHandles};
 use super::hosts::{host_slots, Dispatch, Ordered};
 use super::index::State;
-use super::read_only::Backend;
 use super::snapshot::{self, LoadedSnapshot};
 use super::snapshots::Background;
 use super::{Store, StoreCore, StoreOptions, APPEND_STRIPES};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::log::format::StoreId;
-use crate::log::{Log, LogOptions, LogReader, Lsn, RecoveryReport};
+use crate::log::{Binding, EventLog, Log, LogCursor, LogOptions, Lsn, RecoveryReport};
 use crate::reducer::{ErasedReducer, HostSlot};
 use crate::storage::Storage;
 
@@ -49,32 +49,125 @@ impl Store {
         let storage = Arc::clone(&options.log.storage);
         let mut report = OpenReport::default();
         sync_snapshot_dir(storage.as_ref(), &dir)?;
+        check_log_present(storage.as_ref(), &dir)?;
         let candidates = load_candidates(storage.as_ref(), &dir, &mut report)?;
-        let (log, span) = open_log(&dir, &options.log, &candidates)?;
+        let (log, known_chain) = open_log(&dir, &options.log, &candidates)?;
         remove_snapshot_leftovers(storage.as_ref(), &dir)?;
         report.recovery = log.recovery_report().clone();
+        let log = Arc::new(log);
+        let segment = SegmentHandles {
+            reader: log.reader(),
+            writer: Some(Arc::clone(&log)),
+        };
+        let backend = Backend::new(log, dir, storage, report.recovery.clone(), Some(segment));
         let hosts = host_slots(reducers);
-        let start = Start::choose(
-            storage.as_ref(),
-            &dir,
-            candidates,
-            &span,
-            hosts,
-            &mut report,
-        )?;
-        let reader = log.reader();
-        let mut tail = reader.iter_from(start.replay_from);
-        let (state, hosts) = start.replay(&mut tail, &mut report)?;
-        let ordered = Ordered::new(span.next_lsn, hosts);
-        let core = StoreCore::new(
-            Backend::Writer(log),
-            reader,
+        Store::open_backend(backend, candidates, known_chain, options, hosts, report)
+    }
+
+    /// Opens a store on any log ([`EventLog`]): the segment log, a
+    /// [`MemoryLog`](crate::log::MemoryLog), or a replicated log. The store
+    /// keeps its snapshots in `dir` (its `snapshots` directory, on
+    /// `options.log.storage`; created at the first snapshot), which only
+    /// this store may write; only that option of `options.log` is used.
+    ///
+    /// A writable log opens a writable store; a follower
+    /// ([`EventLog::is_writable`] false) opens a read-only store that
+    /// follows the log's writer, as [`Store::open_read_only`] does. The
+    /// store behaves as on the segment log, with one exception:
+    /// [`LogView::reader`](super::LogView::reader) and
+    /// [`LogView::iter_from`](super::LogView::iter_from) exist for the
+    /// segment log only.
+    ///
+    /// ```
+    /// use convlog::log::MemoryLog;
+    /// use convlog::model::{ConversationEntry, Role};
+    /// use convlog::{Store, StoreOptions};
+    ///
+    /// # fn main() -> convlog::Result<()> {
+    /// let snapshots = tempfile::tempdir().unwrap();
+    /// let log = MemoryLog::new();
+    /// let store = Store::open_on(log.clone(), snapshots.path(), StoreOptions::default())?;
+    /// let hello = ConversationEntry::new("eval-1", 0, Role::User, Some("Hello".into()));
+    /// store.append_one(hello.recorded_in("ctx"))?;
+    /// drop(store);
+    ///
+    /// // Reopened on the same log: the conversation is there.
+    /// let store = Store::open_on(log, snapshots.path(), StoreOptions::default())?;
+    /// assert_eq!(store.conversation("ctx")?.len(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn open_on(
+        log: impl EventLog + 'static,
+        dir: impl AsRef<Path>,
+        options: StoreOptions,
+    ) -> Result<Store> {
+        Store::open_on_with(
+            Arc::new(log),
+            dir.as_ref().to_path_buf(),
             options,
-            state,
-            ordered,
-            report,
-        );
-        Store::start(core)
+            Vec::new(),
+        )
+    }
+
+    pub(super) fn open_on_with(
+        log: Arc<dyn EventLog>,
+        dir: PathBuf,
+        options: StoreOptions,
+        reducers: Vec<(TypeId, Box<dyn ErasedReducer>)>,
+    ) -> Result<Store> {
+        let storage = Arc::clone(&options.log.storage);
+        let mut report = OpenReport::default();
+        if log.is_writable() {
+            sync_snapshot_dir(storage.as_ref(), &dir)?;
+        }
+        let candidates = load_candidates(storage.as_ref(), &dir, &mut report)?;
+        if log.is_writable() {
+            remove_snapshot_leftovers(storage.as_ref(), &dir)?;
+        }
+        report.recovery = RecoveryReport {
+            store_id: log.store_id(),
+            next_lsn: log.next_lsn(),
+            ..RecoveryReport::default()
+        };
+        let backend = Backend::new(log, dir, storage, report.recovery.clone(), None);
+        let hosts = host_slots(reducers);
+        Store::open_backend(backend, candidates, None, options, hosts, report)
+    }
+
+    /// The phases every open shares, once the log is open: choose the
+    /// snapshot, replay the log after it, and start the store (a read-only
+    /// one following the log from where the replay ended).
+    pub(super) fn open_backend(
+        mut backend: Backend,
+        candidates: Vec<LoadedSnapshot>,
+        known_chain: Option<(Lsn, u32)>,
+        options: StoreOptions,
+        hosts: Vec<(TypeId, HostSlot)>,
+        mut report: OpenReport,
+    ) -> Result<Store> {
+        let Started { state, hosts, tail } =
+            start_from_snapshot(&backend, candidates, known_chain, hosts, &mut report)?;
+        let (options, next_lsn) = if backend.is_read_only() {
+            let next_lsn = tail.next_lsn();
+            report.recovery.next_lsn = next_lsn;
+            backend.recovery.next_lsn = next_lsn;
+            backend.follow = Some(Follow {
+                tail: Mutex::new(Some(tail)),
+                next_lsn: AtomicU64::new(next_lsn),
+            });
+            let options = StoreOptions {
+                // A read-only store takes no snapshot.
+                snapshot_every_events: None,
+                snapshot_every_bytes: None,
+                ..options
+            };
+            (options, next_lsn)
+        } else {
+            let next_lsn = backend.log().next_lsn();
+            (options, next_lsn)
+        };
+        let ordered = Ordered::new(next_lsn, hosts);
+        Store::start(StoreCore::new(backend, options, state, ordered, report))
     }
 
     /// Starts the background snapshot thread when a threshold is set.
@@ -113,7 +206,8 @@ fn sync_snapshot_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Opens the writer's log, and describes it for the snapshot choice.
+/// Opens the writer's segment log; returns it with the chain value recovery
+/// read (LSN, chain just before it), which spares the snapshot check a read.
 /// Sealed segments the newest snapshot (`candidates`' first) covers are
 /// checked by header (and link) only; recovery also reads the log's chain
 /// value at its LSN, which the snapshot must carry.
@@ -121,7 +215,7 @@ fn open_log(
     dir: &Path,
     options: &LogOptions,
     candidates: &[LoadedSnapshot],
-) -> Result<(Log, LogSpan)> {
+) -> Result<(Log, Option<(Lsn, u32)>)> {
     let full_check_from_lsn = candidates.first().map_or(1, |loaded| loaded.lsn);
     let log = Log::open(
         dir,
@@ -130,16 +224,11 @@ fn open_log(
             ..options.clone()
         },
     )?;
-    let recovery = log.recovery_report();
-    let span = LogSpan {
-        store_id: recovery.store_id,
-        first_lsn: log.first_lsn(),
-        next_lsn: log.next_lsn(),
-        known_chain: recovery
-            .chain_before_full_check
-            .map(|chain| (full_check_from_lsn, chain)),
-    };
-    Ok((log, span))
+    let known_chain = log
+        .recovery_report()
+        .chain_before_full_check
+        .map(|chain| (full_check_from_lsn, chain));
+    Ok((log, known_chain))
 }
 
 /// Removes leftovers of snapshots a crash interrupted. Only with the
@@ -161,17 +250,50 @@ fn remove_snapshot_leftovers(storage: &dyn Storage, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Loads every snapshot of the store at `dir` (newest first) whose header
-/// and directory check out; the others are skipped in `report`. Fails when
-/// the directory holds snapshots but no segment: the log is missing, and
-/// opening would start a new one beside them.
-pub(super) fn load_candidates(
-    storage: &dyn Storage,
-    dir: &Path,
+/// Chooses the snapshot to start from (the newest that belongs to the
+/// log) and replays the log after it: the index, the host slots, and the
+/// cursor where the replay ended.
+pub(super) fn start_from_snapshot(
+    backend: &Backend,
+    candidates: Vec<LoadedSnapshot>,
+    known_chain: Option<(Lsn, u32)>,
+    hosts: Vec<(TypeId, HostSlot)>,
     report: &mut OpenReport,
-) -> Result<Vec<LoadedSnapshot>> {
-    let listed = snapshot::list(storage, dir)?;
-    if !listed.is_empty() && crate::log::segment::list(storage, dir)?.segments.is_empty() {
+) -> Result<Started> {
+    let log = backend.log();
+    let span = LogSpan {
+        store_id: log.store_id(),
+        first_lsn: log.first_lsn(),
+        // A follower's next LSN is unknown until it reads: a snapshot past
+        // the end is found by the binding check.
+        next_lsn: if backend.is_read_only() {
+            Lsn::MAX
+        } else {
+            log.next_lsn()
+        },
+        known_chain,
+        binding_at: &|lsn| log.binding_at(lsn),
+    };
+    let start = Start::choose(backend.dir(), candidates, &span, hosts, report)?;
+    let mut tail = log.read_from(start.replay_from);
+    let (state, hosts) = start.replay(tail.as_mut(), report)?;
+    Ok(Started { state, hosts, tail })
+}
+
+/// A store as it starts (or a read-only one starts again) from a snapshot.
+pub(super) struct Started {
+    pub(super) state: State,
+    pub(super) hosts: Vec<(TypeId, HostSlot)>,
+    /// Where the replay ended; a read-only store follows the log from here.
+    pub(super) tail: Box<dyn LogCursor>,
+}
+
+/// Fails when the directory holds snapshots but no segment: the segment
+/// log is missing, and opening would start a new one beside them.
+pub(super) fn check_log_present(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    if !snapshot::list(storage, dir)?.is_empty()
+        && crate::log::segment::list(storage, dir)?.segments.is_empty()
+    {
         return Err(Error::SnapshotRestore {
             path: dir.join(snapshot::SNAPSHOT_DIR),
             reason: format!(
@@ -180,6 +302,17 @@ pub(super) fn load_candidates(
             ),
         });
     }
+    Ok(())
+}
+
+/// Loads every snapshot of the store at `dir` (newest first) whose header
+/// and directory check out; the others are skipped in `report`.
+pub(super) fn load_candidates(
+    storage: &dyn Storage,
+    dir: &Path,
+    report: &mut OpenReport,
+) -> Result<Vec<LoadedSnapshot>> {
+    let listed = snapshot::list(storage, dir)?;
     let mut candidates = Vec::new();
     for (_, path) in listed {
         match snapshot::load(storage, &path) {
@@ -208,15 +341,14 @@ impl Start {
     /// it. Fails when the log does not start at LSN 1 and nothing usable
     /// covers what precedes it.
     pub(super) fn choose(
-        storage: &dyn Storage,
         dir: &Path,
         candidates: Vec<LoadedSnapshot>,
-        span: &LogSpan,
+        span: &LogSpan<'_>,
         mut hosts: Vec<(TypeId, HostSlot)>,
         report: &mut OpenReport,
     ) -> Result<Start> {
         let first_lsn = span.first_lsn;
-        let (chosen, rejected) = choose_snapshot(storage, dir, candidates, span);
+        let (chosen, rejected) = choose_snapshot(candidates, span);
         for (path, mismatch) in &rejected {
             if mismatch.is_problem() {
                 skip_snapshot(report, path.clone(), mismatch.to_string());
@@ -288,7 +420,7 @@ impl Start {
     /// the index and the host slots.
     pub(super) fn replay(
         self,
-        tail: &mut crate::log::LogIter,
+        tail: &mut dyn LogCursor,
         report: &mut OpenReport,
     ) -> Result<(State, Vec<(TypeId, HostSlot)>)> {
         let Start {
@@ -305,7 +437,7 @@ impl Start {
             events_since_snapshot: 0,
             bytes_since_snapshot: 0,
         };
-        for record in tail.by_ref() {
+        for record in tail {
             let record = record?;
             let event =
                 codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
@@ -333,7 +465,6 @@ impl Start {
 impl StoreCore {
     pub(super) fn new(
         log: Backend,
-        reader: LogReader,
         options: StoreOptions,
         state: State,
         ordered: Ordered,
@@ -343,7 +474,6 @@ impl StoreCore {
         StoreCore {
             ordered: Mutex::new(ordered),
             log,
-            reader,
             options: StoreOptions {
                 snapshots_kept,
                 ..options
@@ -364,12 +494,14 @@ impl StoreCore {
 }
 
 /// The log a snapshot is checked against.
-pub(super) struct LogSpan {
+pub(super) struct LogSpan<'a> {
     pub(super) store_id: StoreId,
     pub(super) first_lsn: Lsn,
     pub(super) next_lsn: Lsn,
     /// A chain value recovery already read: (LSN, chain just before it).
     pub(super) known_chain: Option<(Lsn, u32)>,
+    /// What the log holds just before an LSN ([`EventLog::binding_at`]).
+    pub(super) binding_at: &'a dyn Fn(Lsn) -> Result<Binding>,
 }
 
 /// The snapshot opening starts from: the newest one (of `candidates`,
@@ -377,10 +509,8 @@ pub(super) struct LogSpan {
 /// this log. Returns it, and why each newer one was passed over. Older
 /// snapshots than the chosen one are not examined.
 pub(super) fn choose_snapshot(
-    storage: &dyn Storage,
-    dir: &Path,
     candidates: Vec<LoadedSnapshot>,
-    log: &LogSpan,
+    log: &LogSpan<'_>,
 ) -> (
     Option<LoadedSnapshot>,
     Vec<(PathBuf, snapshot::SnapshotMismatch)>,
@@ -404,7 +534,7 @@ pub(super) fn choose_snapshot(
                 log_first_lsn: log.first_lsn,
             })
         } else {
-            snapshot::check_against_log(storage, dir, &loaded, &log.store_id, log.known_chain)
+            snapshot::check_binding(&loaded, &log.store_id, log.known_chain, log.binding_at)
         };
         match checked {
             Ok(()) => return (Some(loaded), rejected),

@@ -3,10 +3,11 @@
 
 use std::any::TypeId;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::Store;
 use crate::error::Result;
-use crate::log::LogOptions;
+use crate::log::{EventLog, LogOptions};
 use crate::reducer::{self, ErasedReducer, Reducer};
 
 /// What compaction may delete.
@@ -81,6 +82,12 @@ impl StoreBuilder {
     /// Opens (or creates) the store.
     pub fn open(self) -> Result<Store> {
         Store::open_with(self.dir, self.options, self.reducers)
+    }
+
+    /// Opens the store on `log`, any [`EventLog`], with the builder's
+    /// directory holding the snapshots ([`Store::open_on`]).
+    pub fn open_on(self, log: impl EventLog + 'static) -> Result<Store> {
+        Store::open_on_with(Arc::new(log), self.dir, self.options, self.reducers)
     }
 
     /// Opens the store read-only, beside its writer, with the host reducers

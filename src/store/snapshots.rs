@@ -9,8 +9,7 @@ use super::snapshot;
 use super::{Retention, Store, StoreCore};
 use crate::codec;
 use crate::error::{Error, Result};
-use crate::log::recovery::ChainAt;
-use crate::log::Lsn;
+use crate::log::{Binding, Lsn};
 use crate::reducer::{self, AnySlice, ErasedReducer};
 
 /// What a snapshot wrote.
@@ -72,28 +71,24 @@ impl Store {
             });
         };
         let lsn = loaded.lsn;
-        let removed = {
+        let first_lsn = log.first_lsn();
+        let dropped = {
             let _no_reads = self.compacting.write();
             // Never delete on the word of a snapshot not checked against the
             // log as it is now (its files may have changed under the store).
-            let storage = Arc::clone(&self.options.log.storage);
-            snapshot::check_against_log(
-                storage.as_ref(),
-                self.log.dir(),
-                &loaded,
-                &self.open_report.recovery.store_id,
-                None,
-            )
-            .map_err(|mismatch| Error::SnapshotRestore {
-                path: loaded.path.clone(),
-                reason: format!("{mismatch}; compaction deleted nothing"),
-            })?;
-            log.remove_segments_before(lsn)?
+            snapshot::check_binding(&loaded, &log.store_id(), None, &|lsn| log.binding_at(lsn))
+                .map_err(|mismatch| Error::SnapshotRestore {
+                    path: loaded.path.clone(),
+                    reason: format!("{mismatch}; compaction deleted nothing"),
+                })?;
+            log.drop_before(lsn)?
         };
-        let note = removed
-            .is_empty()
+        let note = (dropped.removed.is_empty() && dropped.first_lsn == first_lsn)
             .then(|| format!("no sealed segment lies wholly before the snapshot at LSN {lsn}"));
-        Ok(CompactReport { removed, note })
+        Ok(CompactReport {
+            removed: dropped.removed,
+            note,
+        })
     }
 
     /// Why the most recent automatic snapshot failed, if it did (a later
@@ -192,7 +187,7 @@ impl StoreCore {
                 Err(error) => Some(Err(error)),
             });
         let storage = Arc::clone(&self.options.log.storage);
-        let binding = self.binding_at(storage.as_ref(), lsn)?;
+        let binding = self.binding_at(lsn)?;
         let path = snapshot::write(
             storage.as_ref(),
             self.log.dir(),
@@ -284,16 +279,14 @@ impl StoreCore {
     }
 
     /// What ties a snapshot at `lsn` to this store's log: the store identity
-    /// and the chain value of the frame ending at `lsn - 1`.
-    pub(super) fn binding_at(
-        &self,
-        storage: &dyn crate::storage::Storage,
-        lsn: Lsn,
-    ) -> Result<snapshot::SnapshotBinding> {
+    /// and what the log holds just before `lsn` ([`EventLog::binding_at`](crate::log::EventLog::binding_at):
+    /// for the segment log, the chain value of the frame ending at `lsn - 1`).
+    pub(super) fn binding_at(&self, lsn: Lsn) -> Result<snapshot::SnapshotBinding> {
         let _frames_stay = self.compacting.read();
-        match crate::log::recovery::chain_before(storage, self.log.dir(), lsn)? {
-            ChainAt::Found(chain) => Ok(snapshot::SnapshotBinding {
-                store_id: self.open_report.recovery.store_id,
+        let log = self.log.log();
+        match log.binding_at(lsn)? {
+            Binding::Found(chain) => Ok(snapshot::SnapshotBinding {
+                store_id: log.store_id(),
                 chain,
             }),
             other => Err(Error::SnapshotRestore {

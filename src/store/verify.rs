@@ -6,7 +6,8 @@ use super::open::{choose_snapshot, damaged_reason, no_usable_snapshot, LogSpan};
 use super::snapshot;
 use crate::codec;
 use crate::error::{Error, Result};
-use crate::log::{LogReader, Lsn};
+use crate::log::recovery;
+use crate::log::{Binding, LogReader, Lsn};
 
 /// A checked snapshot's LSN and conversation count, or what is wrong with
 /// it (damaged, another store's, or stale: not matching the log). A
@@ -34,7 +35,7 @@ pub struct StoreVerifyReport {
 /// payload decodes as an event) and every snapshot (its bytes, and that it
 /// belongs to this log).
 ///
-/// Reaches the verdict [`Store::open`] reaches on the same bytes: it fails
+/// Reaches the verdict [`Store::open`](super::Store::open) reaches on the same bytes: it fails
 /// wherever opening fails (damage in the log, a missing segment, a log that
 /// does not start at LSN 1 with no usable snapshot), and also when the
 /// snapshot opening would use is needed (the log starts after LSN 1) but
@@ -69,6 +70,7 @@ pub fn verify(dir: impl AsRef<Path>, progress: &mut dyn FnMut(u64)) -> Result<St
         first_lsn: log.first_lsn,
         next_lsn: log.next_lsn,
         known_chain: None,
+        binding_at: &|lsn| recovery::chain_before(&storage, dir, lsn).map(Binding::from),
     };
     let mut snapshots = Vec::new();
     // Why each snapshot newer than the chosen one was passed over.
@@ -87,7 +89,7 @@ pub fn verify(dir: impl AsRef<Path>, progress: &mut dyn FnMut(u64)) -> Result<St
             }
         };
         let lsn = loaded.lsn;
-        let (usable, mut rejected) = choose_snapshot(&storage, dir, vec![loaded], &span);
+        let (usable, mut rejected) = choose_snapshot(vec![loaded], &span);
         let contents = snapshot::verify(&storage, &path).map_err(|error| damaged_reason(&error));
         let checked = match rejected.pop() {
             Some((_, mismatch)) if mismatch.is_problem() => Err(mismatch.to_string()),

@@ -2,13 +2,13 @@
 
 use std::path::Path;
 
-use super::read_only::Backend;
+use super::backend::Backend;
 use crate::log::{Durability, LogReader, Lsn, RecoveryReport};
 
 /// Read-only access to a store's log: positions, durability, readers.
 ///
-/// What [`Store::log`] gives hosts. It has nothing that appends: every event
-/// goes through [`Store::append`], which indexes it and folds it into the
+/// What [`Store::log`](super::Store::log) gives hosts. It has nothing that appends: every event
+/// goes through [`Store::append`](super::Store::append), which indexes it and folds it into the
 /// host slices. An event appended beside the store would reach neither.
 ///
 /// ```compile_fail,E0599
@@ -39,7 +39,7 @@ impl LogView<'_> {
     }
 
     /// The LSN the next appended event will get. For a read-only store:
-    /// one past the last event it has read (see [`Store::refresh`]).
+    /// one past the last event it has read (see [`Store::refresh`](super::Store::refresh)).
     pub fn next_lsn(&self) -> Lsn {
         self.log.next_lsn()
     }
@@ -76,11 +76,16 @@ impl LogView<'_> {
     }
 
     /// A reader of the log that sees events as soon as they are written.
+    ///
+    /// The segment log's own reader: panics for a store opened on another
+    /// log ([`Store::open_on`](super::Store::open_on)); read that log
+    /// through the [`EventLog`](crate::log::EventLog) it was opened on.
     pub fn reader(&self) -> LogReader {
         self.log.reader()
     }
 
-    /// Iterates over events with LSN `lsn` and above.
+    /// Iterates over events with LSN `lsn` and above. Panics like
+    /// [`LogView::reader`] for a store on another log than the segment log.
     pub fn iter_from(&self, lsn: Lsn) -> crate::log::LogIter {
         self.log.reader().iter_from(lsn)
     }

@@ -120,7 +120,7 @@ fn run_log(
                 let payloads: Vec<&[u8]> = (0..batch)
                     .map(|index| pool[(start + index) % pool.len()].as_slice())
                     .collect();
-                log.append(&payloads).expect("append_batch");
+                log.append(&payloads).expect("append a batch");
                 payloads.iter().map(|payload| payload.len()).sum()
             }
         },
@@ -568,7 +568,7 @@ fn bench_none(duration: Duration) -> BenchResult<Vec<NoneRow>> {
             run: run_log("none-big", none(1 << 30), 1, duration, &pool, 1)?,
         },
         NoneRow {
-            name: "append_batch of 64, 64 MiB segments",
+            name: "batch of 64, 64 MiB segments",
             run: run_log("none-batch", none(default_segment), 1, duration, &pool, 64)?,
         },
     ];

@@ -143,7 +143,7 @@ fn main() -> BenchResult<()> {
     let scratch = common::scratch_dir("scan");
     let dir = scratch.path().join("store");
     let built = build(&dir, target_bytes)?;
-    section("Build (Durability::None, append_batch of 64 x ~1 KiB)");
+    section("Build (Durability::None, batches of 64 x ~1 KiB)");
     println!(
         "{} events, {:.1} MiB payload, {:.1} MiB in {} segments, built in {:.2} s ({:.2} GiB/s, {} events/s, incl. final fsync)",
         grouped(built.events as f64),

@@ -25,10 +25,12 @@
 //! # Ok(()) }
 //! ```
 
+pub mod boundary;
 #[cfg(feature = "testing")]
 pub mod format;
 #[cfg(not(feature = "testing"))]
 pub(crate) mod format;
+mod memory;
 mod reader;
 #[cfg(feature = "testing")]
 pub mod recovery;
@@ -51,10 +53,12 @@ use parking_lot::{Condvar, Mutex};
 use crate::error::{Error, Result};
 use crate::storage::{FileSystem, LockGuard, Storage};
 
+pub use boundary::{Binding, Dropped, EventLog, Locator, LogCursor, LogFollower};
 pub use format::{
     BATCH_BYTES_MAX, BATCH_EVENTS_MAX, EVENT_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_LIMIT,
     SEGMENT_BYTES_MIN,
 };
+pub use memory::MemoryLog;
 pub use reader::{LogIter, LogReader, Position, ReaderOptions, Record};
 pub use recovery::{RecoveryReport, Salvage, TornTail, VerifyReport};
 pub use segment::SegmentFile;
@@ -197,7 +201,7 @@ impl LogOptions {
 
     /// Sets the size segments roll at: from 4 KiB (`SEGMENT_BYTES_MIN`) to
     /// 1 GiB (`SEGMENT_BYTES_LIMIT`), checked on open
-    /// ([`Error::InvalidArgument`]).
+    /// ([`Error::InvalidOption`]).
     pub fn segment_bytes_max(mut self, segment_bytes_max: u64) -> LogOptions {
         self.segment_bytes_max = segment_bytes_max;
         self

@@ -79,6 +79,47 @@ pub fn backup(source: &Path, dest: &Path, progress: &mut dyn FnMut(u64)) -> Resu
     // Open every segment, then every snapshot, before reading anything.
     let segments = open_segments(&storage, source)?;
     let snapshots = open_snapshots(&storage, source)?;
+    storage
+        .create_dir_all(&partial)
+        .map_err(Error::io("create backup directory", &partial))?;
+    let (next_lsn, segment_bytes) = copy_segments(&storage, &segments, &partial, progress)?;
+    let first_lsn = segments[0].first_lsn;
+    let mut report = BackupReport {
+        dest: dest.to_path_buf(),
+        first_lsn,
+        next_lsn,
+        segments: segments.len(),
+        snapshots: Vec::new(),
+        skipped_snapshots: Vec::new(),
+        bytes: 0,
+    };
+    let snapshot_bytes = copy_snapshots(&storage, &snapshots, &partial, &mut report)?;
+    if first_lsn > 1 && report.snapshots.is_empty() {
+        return Err(Error::SnapshotRestore {
+            path: source.join(snapshot::SNAPSHOT_DIR),
+            reason: format!(
+                "the log starts at LSN {first_lsn} and no snapshot belongs to the copied log, so the backup could not hold the events before it{}; the partial copy is at {}",
+                describe_skipped(&report.skipped_snapshots),
+                partial.display()
+            ),
+        });
+    }
+    report.bytes = segment_bytes + snapshot_bytes;
+    publish(&storage, &partial, dest)?;
+    verify_copy(dest, first_lsn, next_lsn)?;
+    Ok(report)
+}
+
+/// Copies the opened `segments` into `partial`: the sealed ones whole, the
+/// last one up to its length now (made durable in the source first) and cut
+/// back to its last whole frame. Returns one past the last LSN copied, and
+/// the bytes copied.
+fn copy_segments(
+    storage: &dyn Storage,
+    segments: &[Opened],
+    partial: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(Lsn, u64)> {
     let (last, sealed) = segments
         .split_last()
         .expect("open_segments returns at least one");
@@ -91,10 +132,6 @@ pub fn backup(source: &Path, dest: &Path, progress: &mut dyn FnMut(u64)) -> Resu
     last.file
         .sync_data()
         .map_err(Error::io("fsync source segment", &last.path))?;
-
-    storage
-        .create_dir_all(&partial)
-        .map_err(Error::io("create backup directory", &partial))?;
     let mut copied = 0u64;
     for segment in sealed {
         let length = segment
@@ -102,7 +139,7 @@ pub fn backup(source: &Path, dest: &Path, progress: &mut dyn FnMut(u64)) -> Resu
             .size_bytes()
             .map_err(Error::io("read size of segment", &segment.path))?;
         copied += copy_file(
-            &storage,
+            storage,
             segment,
             &partial.join(segment.name()),
             length,
@@ -110,25 +147,27 @@ pub fn backup(source: &Path, dest: &Path, progress: &mut dyn FnMut(u64)) -> Resu
         )?;
     }
     let last_copy = partial.join(last.name());
-    copied += copy_file(&storage, last, &last_copy, last_bytes, &mut |bytes| {
+    copied += copy_file(storage, last, &last_copy, last_bytes, &mut |bytes| {
         progress(copied + bytes)
     })?;
-    let next_lsn = cut_to_last_frame(&storage, &last_copy)?;
-    let first_lsn = segments[0].first_lsn;
+    let next_lsn = cut_to_last_frame(storage, &last_copy)?;
+    Ok((next_lsn, copied))
+}
 
-    // Snapshots: copy each that could cover this prefix, keep those that
-    // prove they belong to it.
-    let mut report = BackupReport {
-        dest: dest.to_path_buf(),
-        first_lsn,
-        next_lsn,
-        segments: segments.len(),
-        snapshots: Vec::new(),
-        skipped_snapshots: Vec::new(),
-        bytes: 0,
-    };
+/// Copies each opened snapshot that could cover the copied log (it ends at
+/// `report.next_lsn`) into `partial`, and keeps those that prove they
+/// belong to it; the others are listed in `report`. Returns the bytes
+/// copied.
+fn copy_snapshots(
+    storage: &dyn Storage,
+    snapshots: &[Opened],
+    partial: &Path,
+    report: &mut BackupReport,
+) -> Result<u64> {
+    let next_lsn = report.next_lsn;
     let snapshot_dir = partial.join(snapshot::SNAPSHOT_DIR);
-    for source_snapshot in &snapshots {
+    let mut copied = 0;
+    for source_snapshot in snapshots {
         if source_snapshot.first_lsn > next_lsn {
             report.skipped_snapshots.push((
                 source_snapshot.path.clone(),
@@ -149,10 +188,12 @@ pub fn backup(source: &Path, dest: &Path, progress: &mut dyn FnMut(u64)) -> Resu
             .size_bytes()
             .map_err(Error::io("read size of snapshot", &source_snapshot.path))?;
         let copy = snapshot_dir.join(source_snapshot.name());
-        copied += copy_file(&storage, source_snapshot, &copy, length, &mut |_| {})?;
-        match check_snapshot(&storage, &partial, &copy) {
+        copied += copy_file(storage, source_snapshot, &copy, length, &mut |_| {})?;
+        match check_snapshot(storage, partial, &copy) {
             Ok(lsn) => report.snapshots.push((
-                dest.join(snapshot::SNAPSHOT_DIR)
+                report
+                    .dest
+                    .join(snapshot::SNAPSHOT_DIR)
                     .join(source_snapshot.name()),
                 lsn,
             )),
@@ -166,36 +207,33 @@ pub fn backup(source: &Path, dest: &Path, progress: &mut dyn FnMut(u64)) -> Resu
             }
         }
     }
-    if first_lsn > 1 && report.snapshots.is_empty() {
-        return Err(Error::SnapshotRestore {
-            path: source.join(snapshot::SNAPSHOT_DIR),
-            reason: format!(
-                "the log starts at LSN {first_lsn} and no snapshot belongs to the copied log, so the backup could not hold the events before it{}; the partial copy is at {}",
-                describe_skipped(&report.skipped_snapshots),
-                partial.display()
-            ),
-        });
-    }
-    report.bytes = copied;
+    Ok(copied)
+}
 
-    // Durable names, then the rename that makes the backup exist.
+/// Makes the copy's names durable, then renames `partial` to `dest`: the
+/// rename that makes the backup exist.
+fn publish(storage: &dyn Storage, partial: &Path, dest: &Path) -> Result<()> {
+    let snapshot_dir = partial.join(snapshot::SNAPSHOT_DIR);
     if storage.exists(&snapshot_dir) {
         storage
             .sync_dir(&snapshot_dir)
             .map_err(Error::io("fsync backup snapshot directory", &snapshot_dir))?;
     }
     storage
-        .sync_dir(&partial)
-        .map_err(Error::io("fsync backup directory", &partial))?;
+        .sync_dir(partial)
+        .map_err(Error::io("fsync backup directory", partial))?;
     storage
-        .rename(&partial, dest)
+        .rename(partial, dest)
         .map_err(Error::io("rename backup into place", dest))?;
     let parent = parent_of(dest);
     storage
         .sync_dir(&parent)
-        .map_err(Error::io("fsync parent of backup", &parent))?;
+        .map_err(Error::io("fsync parent of backup", &parent))
+}
 
-    // The copy must open as a store and hold exactly [first_lsn, next_lsn).
+/// The copy must open as a store and hold exactly `first_lsn..next_lsn`,
+/// with every snapshot verifying.
+fn verify_copy(dest: &Path, first_lsn: Lsn, next_lsn: Lsn) -> Result<()> {
     let verified = crate::store::verify(dest, &mut |_| {})?;
     if (verified.log.first_lsn, verified.log.next_lsn) != (first_lsn, next_lsn) {
         return Err(Error::BackupVerify {
@@ -212,7 +250,7 @@ pub fn backup(source: &Path, dest: &Path, progress: &mut dyn FnMut(u64)) -> Resu
             reason: format!("its snapshot {} does not verify: {reason}", path.display()),
         });
     }
-    Ok(report)
+    Ok(())
 }
 
 /// The directory a backup of `dest` is written into before it is complete.

@@ -1,174 +1,29 @@
-//! The log under a [`Store`](super::Store): the writer's own [`Log`], or a
-//! read-only follower of a store another process writes.
+//! Read-only stores: a store on a follower of a log
+//! ([`EventLog::is_writable`] false) that another process (or handle)
+//! writes.
 //!
-//! A follower ([`Store::open_read_only`](super::Store::open_read_only))
-//! takes no lock and writes nothing to the store directory: not `LOCK`, not
-//! a segment, not a snapshot. It starts from the snapshot a writer's open
-//! would choose (the same checks), indexes the log after it with a
-//! directory [`LogReader`], and catches up with what the writer appended
-//! since whenever it is read (see `StoreCore::catch_up`).
+//! [`Store::open_read_only`](super::Store::open_read_only) runs on a
+//! [`LogFollower`] of the segment log: it takes no lock and writes nothing
+//! to the store directory (not `LOCK`, not a segment, not a snapshot). A
+//! read-only store starts from the snapshot a writer's open would choose
+//! (the same checks), indexes the log after it, and catches up with what
+//! the writer appended since whenever it is read (see
+//! `StoreCore::catch_up`), following the log with one cursor.
 
 use std::any::TypeId;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
-use super::{
-    load_candidates, LogSpan, OpenReport, Ordered, Start, State, Store, StoreCore, StoreOptions,
-};
+use super::backend::{Backend, SegmentHandles};
+use super::hosts::host_slots;
+use super::open::{check_log_present, load_candidates, start_from_snapshot, Started};
+use super::{OpenReport, Store, StoreCore, StoreOptions};
 use crate::codec;
 use crate::error::{Error, Result};
-use crate::log::{
-    Durability, Log, LogIter, LogReader, Lsn, ReaderOptions, RecoveryReport, WriterStats,
-};
+use crate::log::{EventLog, LogFollower, LogReader, Lsn, ReaderOptions, RecoveryReport};
 use crate::reducer::{ErasedReducer, HostSlot};
 use crate::storage::Storage;
-
-/// Where a store's events come from.
-pub(crate) enum Backend {
-    /// This process holds the lock and appends.
-    Writer(Log),
-    /// Another process (or nobody) writes; this store only reads.
-    Follower(Follower),
-}
-
-/// A read-only store's view of the log.
-pub(crate) struct Follower {
-    pub(crate) dir: PathBuf,
-    pub(crate) storage: Arc<dyn Storage>,
-    pub(crate) reader: LogReader,
-    /// The store identity and the LSNs found when opening (no recovery ran).
-    pub(crate) report: RecoveryReport,
-    /// Reads on from the last event indexed. `None` after a read failed
-    /// (an iterator ends at its first error): the next catch-up starts a
-    /// new one at `next_lsn`, which reports the error again if it persists.
-    pub(crate) tail: Mutex<Option<LogIter>>,
-    /// One past the last event indexed and folded.
-    pub(crate) next_lsn: AtomicU64,
-}
-
-impl Backend {
-    /// The writer's log, or `Error::ReadOnly` naming `operation`.
-    pub(crate) fn writer(&self, operation: &'static str) -> Result<&Log> {
-        match self {
-            Backend::Writer(log) => Ok(log),
-            Backend::Follower(follower) => Err(Error::ReadOnly {
-                store: follower.dir.clone(),
-                operation,
-            }),
-        }
-    }
-
-    pub(crate) fn is_read_only(&self) -> bool {
-        matches!(self, Backend::Follower(_))
-    }
-
-    pub(crate) fn dir(&self) -> &Path {
-        match self {
-            Backend::Writer(log) => log.dir(),
-            Backend::Follower(follower) => &follower.dir,
-        }
-    }
-
-    /// The first LSN the log holds. A follower lists the directory.
-    pub(crate) fn first_lsn(&self) -> Lsn {
-        match self {
-            Backend::Writer(log) => log.first_lsn(),
-            Backend::Follower(follower) => {
-                crate::log::segment::list(follower.storage.as_ref(), &follower.dir)
-                    .ok()
-                    .and_then(|listing| listing.segments.first().map(|segment| segment.first_lsn))
-                    .unwrap_or(follower.report.next_lsn)
-            }
-        }
-    }
-
-    /// The writer's next LSN; for a follower, one past the last event it
-    /// has read.
-    pub(crate) fn next_lsn(&self) -> Lsn {
-        match self {
-            Backend::Writer(log) => log.next_lsn(),
-            Backend::Follower(follower) => follower.next_lsn.load(Ordering::Acquire),
-        }
-    }
-
-    pub(crate) fn durable_lsn(&self) -> Lsn {
-        match self {
-            Backend::Writer(log) => log.durable_lsn(),
-            Backend::Follower(follower) => follower.next_lsn.load(Ordering::Acquire),
-        }
-    }
-
-    pub(crate) fn visible_next_lsn(&self) -> Lsn {
-        match self {
-            Backend::Writer(log) => log.visible_next_lsn(),
-            Backend::Follower(follower) => follower.next_lsn.load(Ordering::Acquire),
-        }
-    }
-
-    pub(crate) fn is_poisoned(&self) -> bool {
-        match self {
-            Backend::Writer(log) => log.is_poisoned(),
-            Backend::Follower(_) => false,
-        }
-    }
-
-    pub(crate) fn taken_back_from(&self) -> Option<Lsn> {
-        match self {
-            Backend::Writer(log) => log.taken_back_from(),
-            Backend::Follower(_) => None,
-        }
-    }
-
-    pub(crate) fn durability(&self) -> Durability {
-        match self {
-            Backend::Writer(log) => log.durability(),
-            Backend::Follower(_) => Durability::Group,
-        }
-    }
-
-    pub(crate) fn recovery_report(&self) -> &RecoveryReport {
-        match self {
-            Backend::Writer(log) => log.recovery_report(),
-            Backend::Follower(follower) => &follower.report,
-        }
-    }
-
-    pub(crate) fn writer_stats(&self) -> WriterStats {
-        match self {
-            Backend::Writer(log) => log.writer_stats(),
-            Backend::Follower(_) => WriterStats::default(),
-        }
-    }
-
-    pub(crate) fn reader(&self) -> LogReader {
-        match self {
-            Backend::Writer(log) => log.reader(),
-            Backend::Follower(follower) => follower.reader.clone(),
-        }
-    }
-
-    /// Makes what the writer appended durable; a follower has nothing to sync.
-    pub(crate) fn sync(&self) -> Result<()> {
-        self.writer("sync")?.sync()
-    }
-}
-
-impl std::fmt::Debug for Backend {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Backend::Writer(log) => log.fmt(formatter),
-            Backend::Follower(follower) => formatter
-                .debug_struct("ReadOnlyLog")
-                .field("dir", &follower.dir)
-                .field("next_lsn", &follower.next_lsn.load(Ordering::Acquire))
-                .finish_non_exhaustive(),
-        }
-    }
-}
 
 /// How many events a catch-up indexes under one hold of the index lock.
 const CATCH_UP_CHUNK_EVENTS: usize = 1024;
@@ -178,53 +33,40 @@ const CATCH_UP_CHUNK_EVENTS: usize = 1024;
 /// reports `Error::Compacted`.
 pub const READ_ONLY_RESTARTS_MAX: usize = 3;
 
-/// A read-only store as it starts (or starts again) from a snapshot.
-pub(super) struct Followed {
-    pub(super) state: State,
-    pub(super) hosts: Vec<(TypeId, HostSlot)>,
-    pub(super) tail: LogIter,
-    pub(super) report: OpenReport,
+/// Starts a read-only store again: the writer's snapshot choice and checks,
+/// then the log after the snapshot indexed. Writes nothing.
+pub(super) fn follow(
+    backend: &Backend,
+    hosts: Vec<(TypeId, HostSlot)>,
+) -> Result<(Started, OpenReport)> {
+    let mut report = OpenReport::default();
+    let candidates = load_candidates(backend.storage().as_ref(), backend.dir(), &mut report)?;
+    let started = start_from_snapshot(backend, candidates, None, hosts, &mut report)?;
+    Ok((started, report))
 }
 
-/// Opens the store at `dir` for reading: the writer's snapshot choice and
-/// checks, then the log after the snapshot indexed with `reader`. Writes
-/// nothing.
-pub(super) fn follow(
-    storage: &dyn Storage,
-    dir: &Path,
-    reader: &LogReader,
-    hosts: Vec<(TypeId, HostSlot)>,
-) -> Result<Followed> {
-    let mut report = OpenReport::default();
-    let candidates = load_candidates(storage, dir, &mut report)?;
-    let segments = crate::log::segment::list(storage, dir)?.segments;
-    let Some(first) = segments.first() else {
+/// A directory reader of the store at `dir`, which must hold a segment:
+/// fails with what a writer's open would report (snapshots without a log),
+/// or `Error::NotAStore`, creating nothing.
+fn open_follower_reader(shared: &Arc<dyn Storage>, dir: &Path) -> Result<LogReader> {
+    let storage = shared.as_ref();
+    if !storage.exists(dir) {
+        return Err(Error::NotAStore {
+            path: dir.to_path_buf(),
+        });
+    }
+    if crate::log::segment::list(storage, dir)?.segments.is_empty() {
+        // Snapshots without a log are reported as the writer reports them.
+        check_log_present(storage, dir)?;
         return Err(not_a_store(storage, dir));
-    };
-    let store_id = crate::log::recovery::store_identity(storage, dir)?;
-    let span = LogSpan {
-        store_id,
-        first_lsn: first.first_lsn,
-        // Unknown without reading the whole last segment: a snapshot past
-        // the end is found by the chain check, which reads it.
-        next_lsn: Lsn::MAX,
-        known_chain: None,
-    };
-    let start = Start::choose(storage, dir, candidates, &span, hosts, &mut report)?;
-    let mut tail = reader.iter_from(start.replay_from);
-    let (state, hosts) = start.replay(&mut tail, &mut report)?;
-    report.recovery = RecoveryReport {
-        segments: segments.len(),
-        next_lsn: tail.next_lsn(),
-        store_id,
-        ..RecoveryReport::default()
-    };
-    Ok(Followed {
-        state,
-        hosts,
-        tail,
-        report,
-    })
+    }
+    LogReader::open_with(
+        dir,
+        ReaderOptions {
+            salvage: false,
+            storage: Arc::clone(shared),
+        },
+    )
 }
 
 /// Why `dir` cannot be read as a store: it holds no segment.
@@ -300,57 +142,33 @@ impl Store {
         reducers: Vec<(TypeId, Box<dyn ErasedReducer>)>,
     ) -> Result<Store> {
         let storage = Arc::clone(&options.log.storage);
-        if !storage.exists(&dir) {
-            return Err(Error::NotAStore { path: dir });
-        }
-        if crate::log::segment::list(storage.as_ref(), &dir)?
+        let reader = open_follower_reader(&storage, &dir)?;
+        let segments = crate::log::segment::list(storage.as_ref(), &dir)?
             .segments
-            .is_empty()
-        {
-            // Snapshots without a log are reported as the writer reports them.
-            load_candidates(storage.as_ref(), &dir, &mut OpenReport::default())?;
-            return Err(not_a_store(storage.as_ref(), &dir));
-        }
-        let reader = LogReader::open_with(
-            &dir,
-            ReaderOptions {
-                salvage: false,
-                storage: Arc::clone(&storage),
+            .len();
+        let follower = LogFollower::new(&dir, Arc::clone(&storage), reader.clone())?;
+        let mut report = OpenReport {
+            recovery: RecoveryReport {
+                segments,
+                store_id: follower.store_id(),
+                ..RecoveryReport::default()
             },
-        )?;
-        let hosts = reducers
-            .into_iter()
-            .map(|(type_id, reducer)| (type_id, HostSlot::new(reducer)))
-            .collect();
-        let followed = follow(storage.as_ref(), &dir, &reader, hosts)?;
-        let next_lsn = followed.tail.next_lsn();
-        let follower = Follower {
+            ..OpenReport::default()
+        };
+        let candidates = load_candidates(storage.as_ref(), &dir, &mut report)?;
+        let segment = SegmentHandles {
+            reader,
+            writer: None,
+        };
+        let backend = Backend::new(
+            Arc::new(follower),
             dir,
             storage,
-            reader: reader.clone(),
-            report: followed.report.recovery.clone(),
-            tail: Mutex::new(Some(followed.tail)),
-            next_lsn: AtomicU64::new(next_lsn),
-        };
-        let core = StoreCore::new(
-            Backend::Follower(follower),
-            reader,
-            StoreOptions {
-                // A read-only store takes no snapshot.
-                snapshot_every_events: None,
-                snapshot_every_bytes: None,
-                ..options
-            },
-            followed.state,
-            Ordered {
-                next_lsn,
-                pending: BTreeMap::new(),
-                hosts: followed.hosts,
-                stopped: false,
-            },
-            followed.report,
+            report.recovery.clone(),
+            Some(segment),
         );
-        Store::start(core)
+        let hosts = host_slots(reducers);
+        Store::open_backend(backend, candidates, None, options, hosts, report)
     }
 
     /// Whether this store was opened read-only ([`Store::open_read_only`]).
@@ -400,14 +218,14 @@ impl StoreCore {
 
     /// Indexes and folds what the writer appended since the last catch-up.
     fn catch_up(&self) -> Result<()> {
-        let Backend::Follower(follower) = &self.log else {
+        let Some(follower) = &self.log.follow else {
             return Ok(());
         };
         let mut tail = follower.tail.lock();
         let tail_iter = tail.get_or_insert_with(|| {
-            follower
-                .reader
-                .iter_from(follower.next_lsn.load(Ordering::Acquire))
+            self.log
+                .log()
+                .read_from(follower.next_lsn.load(Ordering::Acquire))
         });
         let mut outcome = Ok(());
         loop {
@@ -447,7 +265,7 @@ impl StoreCore {
             let folded = {
                 let mut ordered = self.ordered.lock();
                 chunk.into_iter().try_for_each(|(record, event)| {
-                    ordered.push(record.lsn, vec![event], &mut notes)
+                    ordered.push(record.lsn, 1, vec![event], &mut notes)
                 })
             };
             if !notes.is_empty() {
@@ -474,7 +292,7 @@ impl StoreCore {
     /// Starts a read-only store again from the newest usable snapshot: the
     /// writer compacted away segments it was reading.
     fn restart_from_snapshot(&self) -> Result<()> {
-        let Backend::Follower(follower) = &self.log else {
+        let Some(follower) = &self.log.follow else {
             return Ok(());
         };
         let mut tail = follower.tail.lock();
@@ -495,16 +313,11 @@ impl StoreCore {
                 )
             })
             .collect();
-        let followed = follow(
-            follower.storage.as_ref(),
-            &follower.dir,
-            &follower.reader,
-            hosts,
-        )?;
+        let (followed, report) = follow(&self.log, hosts)?;
         let next_lsn = followed.tail.next_lsn();
         tracing::info!(
-            store = %follower.dir.display(),
-            snapshot = ?followed.report.snapshot,
+            store = %self.log.dir().display(),
+            snapshot = ?report.snapshot,
             "the writer compacted segments this read-only store needed; started again from the newest snapshot"
         );
         *self.state.write() = followed.state;

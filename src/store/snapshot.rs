@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::log::format::{self, StoreId, STORE_ID_BYTES};
-use crate::log::recovery::{self, ChainAt};
-use crate::log::Lsn;
+use crate::log::recovery;
+use crate::log::{Binding, Lsn};
 use crate::storage::{Storage, StorageFile};
 
 /// Directory of snapshot files inside a store.
@@ -489,6 +489,19 @@ pub fn check_against_log(
     store_id: &StoreId,
     known_chain: Option<(Lsn, u32)>,
 ) -> std::result::Result<(), SnapshotMismatch> {
+    check_binding(snapshot, store_id, known_chain, &|lsn| {
+        recovery::chain_before(storage, dir, lsn).map(Binding::from)
+    })
+}
+
+/// [`check_against_log`] for any log: `binding_at` answers what the log
+/// holds just before an LSN ([`EventLog::binding_at`](crate::log::EventLog::binding_at)).
+pub fn check_binding(
+    snapshot: &LoadedSnapshot,
+    store_id: &StoreId,
+    known_chain: Option<(Lsn, u32)>,
+    binding_at: &dyn Fn(Lsn) -> Result<Binding>,
+) -> std::result::Result<(), SnapshotMismatch> {
     if snapshot.binding.store_id != *store_id {
         return Err(SnapshotMismatch::ForeignStore {
             snapshot: snapshot.binding.store_id,
@@ -497,27 +510,26 @@ pub fn check_against_log(
     }
     let lsn = snapshot.lsn;
     let at = match known_chain {
-        Some((known_lsn, chain)) if known_lsn == lsn => ChainAt::Found(chain),
-        _ => recovery::chain_before(storage, dir, lsn)
-            .map_err(|error| SnapshotMismatch::Unreadable(error.to_string()))?,
+        Some((known_lsn, chain)) if known_lsn == lsn => Binding::Found(chain),
+        _ => binding_at(lsn).map_err(|error| SnapshotMismatch::Unreadable(error.to_string()))?,
     };
     match at {
-        ChainAt::Found(chain) if chain == snapshot.binding.chain => Ok(()),
-        ChainAt::Found(chain) => Err(SnapshotMismatch::Stale {
+        Binding::Found(chain) if chain == snapshot.binding.chain => Ok(()),
+        Binding::Found(chain) => Err(SnapshotMismatch::Stale {
             lsn,
             snapshot_chain: snapshot.binding.chain,
             log_chain: Some(chain),
         }),
-        ChainAt::InsideBatch { .. } => Err(SnapshotMismatch::Stale {
+        Binding::InsideBatch { .. } => Err(SnapshotMismatch::Stale {
             lsn,
             snapshot_chain: snapshot.binding.chain,
             log_chain: None,
         }),
-        ChainAt::PastEnd { next_lsn } => Err(SnapshotMismatch::PastEnd {
+        Binding::PastEnd { next_lsn } => Err(SnapshotMismatch::PastEnd {
             lsn,
             log_next_lsn: next_lsn,
         }),
-        ChainAt::BeforeStart { first_lsn } => Err(SnapshotMismatch::BeforeStart {
+        Binding::BeforeStart { first_lsn } => Err(SnapshotMismatch::BeforeStart {
             lsn,
             log_first_lsn: first_lsn,
         }),

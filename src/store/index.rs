@@ -1,0 +1,299 @@
+//! The in-memory index: for each conversation, the frames that hold its
+//! events (16 bytes per conversation and frame), and the conversation reads
+//! that fold a conversation from its snapshot slice and those frames.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::snapshot::LoadedSnapshot;
+use super::{Store, StoreCore};
+use crate::codec;
+use crate::conversation::ConversationSlice;
+use crate::error::{Error, Result};
+use crate::log::{Lsn, Position};
+use crate::model::Event;
+
+/// Counters describing a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreStats {
+    /// First LSN still in the log.
+    pub first_lsn: Lsn,
+    /// The LSN the next event will get.
+    pub next_lsn: Lsn,
+    /// Conversations known (in the snapshot or the tail).
+    pub conversations: usize,
+    /// LSN of the snapshot in use.
+    pub snapshot_lsn: Option<Lsn>,
+    /// (conversation, frame) entries in the in-memory index.
+    pub index_entries: usize,
+    /// Estimated heap bytes of the in-memory index.
+    pub index_bytes: usize,
+}
+
+/// One index entry: a frame holding events of a conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct IndexEntry {
+    /// LSN of the conversation's first event in the frame.
+    pub(super) lsn: Lsn,
+    /// Segment ordinal (high 24 bits) and byte offset (low 40 bits).
+    pub(super) packed: u64,
+}
+
+pub(super) const OFFSET_BITS: u32 = 40;
+
+pub(super) struct State {
+    pub(super) snapshot: Option<Arc<LoadedSnapshot>>,
+    pub(super) index: HashMap<String, Vec<IndexEntry>>,
+    /// First LSN of every segment ever indexed, in order (ordinal = position).
+    pub(super) segments: Vec<Lsn>,
+    pub(super) events_since_snapshot: u64,
+    pub(super) bytes_since_snapshot: u64,
+}
+
+impl State {
+    pub(super) fn pack(&mut self, position: Position) -> u64 {
+        let ordinal = match self.segments.binary_search(&position.segment) {
+            Ok(ordinal) => ordinal,
+            Err(insert_at) => {
+                self.segments.insert(insert_at, position.segment);
+                insert_at
+            }
+        };
+        debug_assert!(position.offset < 1 << OFFSET_BITS);
+        ((ordinal as u64) << OFFSET_BITS) | position.offset
+    }
+
+    pub(super) fn unpack(&self, packed: u64) -> Position {
+        Position {
+            segment: self.segments[(packed >> OFFSET_BITS) as usize],
+            offset: packed & ((1 << OFFSET_BITS) - 1),
+        }
+    }
+
+    /// Records that the frame at `position` holds events of these conversations.
+    pub(super) fn index_frame(&mut self, events: &[(Lsn, &Event)], position: Position) {
+        let packed = self.pack(position);
+        for (lsn, event) in events {
+            let Some(id) = event.conversation_id() else {
+                continue;
+            };
+            // Appends hit known conversations almost always: look up before
+            // allocating the key.
+            if !self.index.contains_key(id) {
+                self.index.insert(id.to_string(), Vec::new());
+            }
+            let entries = self.index.get_mut(id).expect("inserted above");
+            // Concurrent appenders may index out of LSN order; keep it sorted.
+            let at = entries.partition_point(|existing| existing.lsn < *lsn);
+            // One entry per (conversation, frame): a frame's LSNs are
+            // contiguous, so an earlier event of this frame is the entry
+            // just before this one, wherever the frame landed in the order.
+            if at > 0 && entries[at - 1].packed == packed {
+                continue;
+            }
+            entries.insert(at, IndexEntry { lsn: *lsn, packed });
+        }
+    }
+}
+
+impl Store {
+    /// The folded state of one conversation.
+    ///
+    /// Costs time proportional to that conversation: its slice from the
+    /// snapshot (if any) plus its frames after the snapshot.
+    pub fn conversation(&self, conversation_id: &str) -> Result<ConversationSlice> {
+        self.follow_read(|| self.fold_conversation(conversation_id, None))?
+            .ok_or_else(|| Error::ConversationNotFound {
+                conversation_id: conversation_id.to_string(),
+            })
+    }
+
+    /// Whether any event of `conversation_id` was recorded.
+    pub fn contains_conversation(&self, conversation_id: &str) -> bool {
+        self.follow_quietly();
+        self.forget_taken_back();
+        let state = self.state.read();
+        state.index.contains_key(conversation_id)
+            || state
+                .snapshot
+                .as_ref()
+                .is_some_and(|loaded| loaded.conversations.contains_key(conversation_id))
+    }
+
+    /// Every conversation id, sorted.
+    pub fn conversation_ids(&self) -> Vec<String> {
+        self.follow_quietly();
+        self.core.conversation_ids()
+    }
+}
+
+impl StoreCore {
+    pub(super) fn conversation_ids(&self) -> Vec<String> {
+        self.forget_taken_back();
+        let state = self.state.read();
+        let mut ids: Vec<String> = state.index.keys().cloned().collect();
+        if let Some(loaded) = &state.snapshot {
+            ids.extend(
+                loaded
+                    .conversations
+                    .keys()
+                    .filter(|id| !state.index.contains_key(*id))
+                    .cloned(),
+            );
+        }
+        ids.sort();
+        ids
+    }
+
+    /// Folds a conversation from its snapshot slice and its indexed frames,
+    /// taking only events below `below_lsn` when given. `None` when the
+    /// conversation has neither.
+    pub(super) fn fold_conversation(
+        &self,
+        conversation_id: &str,
+        below_lsn: Option<Lsn>,
+    ) -> Result<Option<ConversationSlice>> {
+        self.forget_taken_back();
+        let _frames_stay = self.compacting.read();
+        let (snapshot, positions) = {
+            let state = self.state.read();
+            let positions: Vec<(Lsn, Position)> = state
+                .index
+                .get(conversation_id)
+                .map(|entries| {
+                    entries
+                        .iter()
+                        .map(|entry| (entry.lsn, state.unpack(entry.packed)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (state.snapshot.clone(), positions)
+        };
+        let base_lsn = snapshot.as_ref().map_or(1, |loaded| loaded.lsn);
+        let mut slice = match &snapshot {
+            Some(loaded) => match loaded.read_blob(conversation_id) {
+                Ok(Some(blob)) => Some(codec::decode_value::<ConversationSlice>(&blob).map_err(|reason| {
+                    Error::SnapshotDamaged {
+                        path: loaded.path.clone(),
+                        reason: format!("the slice of conversation {conversation_id:?} does not decode: {reason}"),
+                    }
+                })),
+                Ok(None) => None,
+                Err(error) => Some(Err(error)),
+            },
+            None => None,
+        };
+        if let Some(Err(error)) = &slice {
+            // Snapshots are derived data: rebuild from the log if it is whole.
+            if self.log.first_lsn() > 1 {
+                return Err(Error::SnapshotRestore {
+                    path: snapshot
+                        .as_ref()
+                        .map(|loaded| loaded.path.clone())
+                        .unwrap_or_default(),
+                    reason: format!(
+                        "{error}; the log starts at LSN {}, so there is no fallback",
+                        self.log.first_lsn()
+                    ),
+                });
+            }
+            tracing::warn!(conversation = %conversation_id, error = %error, "snapshot slice unusable; replaying the log");
+            return self.fold_from_log(conversation_id, below_lsn);
+        }
+        let mut slice = match slice.take() {
+            Some(Ok(slice)) => slice,
+            _ if positions.is_empty() => return Ok(None),
+            _ => ConversationSlice::new(conversation_id),
+        };
+        let limit = below_lsn.unwrap_or(Lsn::MAX);
+        for (frame_lsn, position) in positions.into_iter().filter(|(lsn, _)| *lsn < limit) {
+            let records = match self.log.log().read_batch(position) {
+                Ok(records) => records,
+                // The writer took this frame back after its position was
+                // taken (a failed fsync under `Durability::None`): it is
+                // no longer in the log, so it is not part of the fold.
+                Err(_) if self.taken_back(frame_lsn) => continue,
+                Err(error) => return Err(error),
+            };
+            for record in records {
+                if record.lsn < base_lsn || record.lsn >= limit || self.taken_back(record.lsn) {
+                    continue;
+                }
+                // A frame may hold other conversations' events: skip them
+                // without decoding.
+                if codec::peek_conversation_id(&record.payload)
+                    .is_some_and(|id| id != conversation_id)
+                {
+                    continue;
+                }
+                let event = codec::decode_event(&record.payload).map_err(|reason| {
+                    Error::UndecodableEvent {
+                        lsn: record.lsn,
+                        reason,
+                    }
+                })?;
+                slice.apply(&event, record.lsn);
+            }
+        }
+        Ok(Some(slice))
+    }
+
+    /// Folds a conversation by reading the whole log (the fallback when its
+    /// snapshot slice is damaged).
+    pub(super) fn fold_from_log(
+        &self,
+        conversation_id: &str,
+        below_lsn: Option<Lsn>,
+    ) -> Result<Option<ConversationSlice>> {
+        let mut slice = ConversationSlice::new(conversation_id);
+        let limit = below_lsn.unwrap_or(Lsn::MAX);
+        let mut found = false;
+        for record in self.log.log().read_from(1) {
+            let record = record?;
+            if record.lsn >= limit || record.lsn >= self.log.visible_next_lsn() {
+                break;
+            }
+            let event =
+                codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
+                    lsn: record.lsn,
+                    reason,
+                })?;
+            if event.conversation_id() == Some(conversation_id) {
+                found = true;
+                slice.apply(&event, record.lsn);
+            }
+        }
+        Ok(found.then_some(slice))
+    }
+}
+
+impl Store {
+    /// Counters describing the store.
+    pub fn stats(&self) -> StoreStats {
+        self.follow_quietly();
+        self.forget_taken_back();
+        let state = self.state.read();
+        let index_entries: usize = state.index.values().map(Vec::len).sum();
+        let index_bytes: usize = state
+            .index
+            .iter()
+            .map(|(id, entries)| {
+                // Key, vector header, entries, and the hash table slot.
+                id.capacity()
+                    + std::mem::size_of::<(String, Vec<IndexEntry>)>()
+                    + 8
+                    + entries.capacity() * std::mem::size_of::<IndexEntry>()
+            })
+            .sum::<usize>()
+            + state.segments.capacity() * 8;
+        drop(state);
+        StoreStats {
+            first_lsn: self.log.first_lsn(),
+            next_lsn: self.log.next_lsn(),
+            conversations: self.core.conversation_ids().len(),
+            snapshot_lsn: self.state.read().snapshot.as_ref().map(|loaded| loaded.lsn),
+            index_entries,
+            index_bytes,
+        }
+    }
+}

@@ -1,0 +1,583 @@
+//! Opening a store: choosing the snapshot to start from, opening the log,
+//! and replaying what follows the snapshot into the index and host slices.
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use super::backend::{Backend, Follow, SegmentHandles};
+use super::hosts::{host_slots, Dispatch, Ordered};
+use super::index::State;
+use super::snapshot::{self, LoadedSnapshot};
+use super::snapshots::Background;
+use super::{Store, StoreCore, StoreOptions, APPEND_STRIPES};
+use crate::codec;
+use crate::error::{Error, Result};
+use crate::log::format::StoreId;
+use crate::log::{Binding, EventLog, Log, LogCursor, LogOptions, Lsn, RecoveryReport};
+use crate::reducer::{ErasedReducer, HostSlot};
+use crate::storage::Storage;
+
+/// What opening the store did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// What log recovery did.
+    pub recovery: RecoveryReport,
+    /// The snapshot opening started from, and its LSN.
+    pub snapshot: Option<(PathBuf, Lsn)>,
+    /// Snapshots that were damaged or unusable, and why (skipped).
+    pub skipped_snapshots: Vec<(PathBuf, String)>,
+    /// Events replayed from the log after the snapshot.
+    pub replayed_events: u64,
+}
+
+impl Store {
+    /// Opens (or creates) the store at `dir` with no host reducers.
+    pub fn open(dir: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
+        Store::open_with(dir.as_ref().to_path_buf(), options, Vec::new())
+    }
+
+    pub(super) fn open_with(
+        dir: PathBuf,
+        options: StoreOptions,
+        reducers: Vec<(TypeId, Box<dyn ErasedReducer>)>,
+    ) -> Result<Store> {
+        let storage = Arc::clone(&options.log.storage);
+        let mut report = OpenReport::default();
+        sync_snapshot_dir(storage.as_ref(), &dir)?;
+        check_log_present(storage.as_ref(), &dir)?;
+        let candidates = load_candidates(storage.as_ref(), &dir, &mut report)?;
+        let (log, known_chain) = open_log(&dir, &options.log, &candidates)?;
+        remove_snapshot_leftovers(storage.as_ref(), &dir)?;
+        report.recovery = log.recovery_report().clone();
+        let log = Arc::new(log);
+        let segment = SegmentHandles {
+            reader: log.reader(),
+            writer: Some(Arc::clone(&log)),
+        };
+        let backend = Backend::new(log, dir, storage, report.recovery.clone(), Some(segment));
+        let hosts = host_slots(reducers);
+        Store::open_backend(backend, candidates, known_chain, options, hosts, report)
+    }
+
+    /// Opens a store on any log ([`EventLog`]): the segment log, a
+    /// [`MemoryLog`](crate::log::MemoryLog), or a replicated log. The store
+    /// keeps its snapshots in `dir` (its `snapshots` directory, on
+    /// `options.log.storage`; created at the first snapshot), which only
+    /// this store may write; only that option of `options.log` is used.
+    ///
+    /// A writable log opens a writable store; a follower
+    /// ([`EventLog::is_writable`] false) opens a read-only store that
+    /// follows the log's writer, as [`Store::open_read_only`] does. The
+    /// store behaves as on the segment log, with one exception:
+    /// [`LogView::reader`](super::LogView::reader) and
+    /// [`LogView::iter_from`](super::LogView::iter_from) exist for the
+    /// segment log only.
+    ///
+    /// ```
+    /// use convlog::log::MemoryLog;
+    /// use convlog::model::{ConversationEntry, Role};
+    /// use convlog::{Store, StoreOptions};
+    ///
+    /// # fn main() -> convlog::Result<()> {
+    /// let snapshots = tempfile::tempdir().unwrap();
+    /// let log = MemoryLog::new();
+    /// let store = Store::open_on(log.clone(), snapshots.path(), StoreOptions::default())?;
+    /// let hello = ConversationEntry::new("eval-1", 0, Role::User, Some("Hello".into()));
+    /// store.append(&[hello.recorded_in("ctx")])?;
+    /// drop(store);
+    ///
+    /// // Reopened on the same log: the conversation is there.
+    /// let store = Store::open_on(log, snapshots.path(), StoreOptions::default())?;
+    /// assert_eq!(store.conversation("ctx")?.len(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn open_on(
+        log: impl EventLog + 'static,
+        dir: impl AsRef<Path>,
+        options: StoreOptions,
+    ) -> Result<Store> {
+        Store::open_on_with(
+            Arc::new(log),
+            dir.as_ref().to_path_buf(),
+            options,
+            Vec::new(),
+        )
+    }
+
+    pub(super) fn open_on_with(
+        log: Arc<dyn EventLog>,
+        dir: PathBuf,
+        options: StoreOptions,
+        reducers: Vec<(TypeId, Box<dyn ErasedReducer>)>,
+    ) -> Result<Store> {
+        let storage = Arc::clone(&options.log.storage);
+        let mut report = OpenReport::default();
+        if log.is_writable() {
+            sync_snapshot_dir(storage.as_ref(), &dir)?;
+        }
+        let candidates = load_candidates(storage.as_ref(), &dir, &mut report)?;
+        if log.is_writable() {
+            remove_snapshot_leftovers(storage.as_ref(), &dir)?;
+        }
+        report.recovery = RecoveryReport {
+            store_id: log.store_id(),
+            next_lsn: log.next_lsn(),
+            ..RecoveryReport::default()
+        };
+        let backend = Backend::new(log, dir, storage, report.recovery.clone(), None);
+        let hosts = host_slots(reducers);
+        Store::open_backend(backend, candidates, None, options, hosts, report)
+    }
+
+    /// The phases every open shares, once the log is open: choose the
+    /// snapshot, replay the log after it, and start the store (a read-only
+    /// one following the log from where the replay ended).
+    pub(super) fn open_backend(
+        mut backend: Backend,
+        candidates: Vec<LoadedSnapshot>,
+        known_chain: Option<(Lsn, u32)>,
+        options: StoreOptions,
+        hosts: Vec<(TypeId, HostSlot)>,
+        mut report: OpenReport,
+    ) -> Result<Store> {
+        let Started { state, hosts, tail } =
+            start_from_snapshot(&backend, candidates, known_chain, hosts, &mut report)?;
+        let (options, next_lsn) = if backend.is_read_only() {
+            let next_lsn = tail.next_lsn();
+            report.recovery.next_lsn = next_lsn;
+            backend.recovery.next_lsn = next_lsn;
+            backend.follow = Some(Follow {
+                tail: Mutex::new(Some(tail)),
+                next_lsn: AtomicU64::new(next_lsn),
+            });
+            let options = StoreOptions {
+                // A read-only store takes no snapshot.
+                snapshot_every_events: None,
+                snapshot_every_bytes: None,
+                ..options
+            };
+            (options, next_lsn)
+        } else {
+            let next_lsn = backend.log().next_lsn();
+            (options, next_lsn)
+        };
+        let ordered = Ordered::new(next_lsn, hosts);
+        Store::start(StoreCore::new(backend, options, state, ordered, report))
+    }
+
+    /// Starts the background snapshot thread when a threshold is set.
+    pub(super) fn start(core: StoreCore) -> Result<Store> {
+        let core = Arc::new(core);
+        let automatic = core.options.snapshot_every_events.is_some()
+            || core.options.snapshot_every_bytes.is_some();
+        let snapshot_thread = if automatic {
+            let thread_core = Arc::clone(&core);
+            let thread = std::thread::Builder::new()
+                .name("convlog-snapshot".to_string())
+                .spawn(move || thread_core.run_snapshots())
+                .map_err(Error::io("start the snapshot thread of", core.log.dir()))?;
+            Some(thread)
+        } else {
+            None
+        };
+        Ok(Store {
+            core,
+            snapshot_thread,
+        })
+    }
+}
+
+/// Makes the names in the snapshot directory durable: a snapshot whose
+/// rename was never made durable (its writer failed or died at the last
+/// step) is still used on open, and compaction may then delete what it
+/// covers.
+fn sync_snapshot_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    let snapshots = dir.join(snapshot::SNAPSHOT_DIR);
+    if storage.exists(&snapshots) {
+        storage
+            .sync_dir(&snapshots)
+            .map_err(Error::io("fsync snapshot directory", &snapshots))?;
+    }
+    Ok(())
+}
+
+/// Opens the writer's segment log; returns it with the chain value recovery
+/// read (LSN, chain just before it), which spares the snapshot check a read.
+/// Sealed segments the newest snapshot (`candidates`' first) covers are
+/// checked by header (and link) only; recovery also reads the log's chain
+/// value at its LSN, which the snapshot must carry.
+fn open_log(
+    dir: &Path,
+    options: &LogOptions,
+    candidates: &[LoadedSnapshot],
+) -> Result<(Log, Option<(Lsn, u32)>)> {
+    let full_check_from_lsn = candidates.first().map_or(1, |loaded| loaded.lsn);
+    let log = Log::open(
+        dir,
+        LogOptions {
+            full_check_from_lsn,
+            ..options.clone()
+        },
+    )?;
+    let known_chain = log
+        .recovery_report()
+        .chain_before_full_check
+        .map(|chain| (full_check_from_lsn, chain));
+    Ok((log, known_chain))
+}
+
+/// Removes leftovers of snapshots a crash interrupted. Only with the
+/// writer's lock held: then no live writer owns them.
+fn remove_snapshot_leftovers(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    let snapshots = dir.join(snapshot::SNAPSHOT_DIR);
+    if !storage.exists(&snapshots) {
+        return Ok(());
+    }
+    let names = storage
+        .list_dir(&snapshots)
+        .map_err(Error::io("list snapshot directory", &snapshots))?;
+    for name in names.iter().filter(|name| name.ends_with(".snap.tmp")) {
+        let leftover = snapshots.join(name);
+        storage
+            .remove_file(&leftover)
+            .map_err(Error::io("remove leftover snapshot", &leftover))?;
+    }
+    Ok(())
+}
+
+/// Chooses the snapshot to start from (the newest that belongs to the
+/// log) and replays the log after it: the index, the host slots, and the
+/// cursor where the replay ended.
+pub(super) fn start_from_snapshot(
+    backend: &Backend,
+    candidates: Vec<LoadedSnapshot>,
+    known_chain: Option<(Lsn, u32)>,
+    hosts: Vec<(TypeId, HostSlot)>,
+    report: &mut OpenReport,
+) -> Result<Started> {
+    let log = backend.log();
+    let span = LogSpan {
+        store_id: log.store_id(),
+        first_lsn: log.first_lsn(),
+        // A follower's next LSN is unknown until it reads: a snapshot past
+        // the end is found by the binding check.
+        next_lsn: if backend.is_read_only() {
+            Lsn::MAX
+        } else {
+            log.next_lsn()
+        },
+        known_chain,
+        binding_at: &|lsn| log.binding_at(lsn),
+    };
+    let start = Start::choose(backend.dir(), candidates, &span, hosts, report)?;
+    let mut tail = log.read_from(start.replay_from);
+    let (state, hosts) = start.replay(tail.as_mut(), report)?;
+    Ok(Started { state, hosts, tail })
+}
+
+/// A store as it starts (or a read-only one starts again) from a snapshot.
+pub(super) struct Started {
+    pub(super) state: State,
+    pub(super) hosts: Vec<(TypeId, HostSlot)>,
+    /// Where the replay ended; a read-only store follows the log from here.
+    pub(super) tail: Box<dyn LogCursor>,
+}
+
+/// Fails when the directory holds snapshots but no segment: the segment
+/// log is missing, and opening would start a new one beside them.
+pub(super) fn check_log_present(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    if !snapshot::list(storage, dir)?.is_empty()
+        && crate::log::segment::list(storage, dir)?.segments.is_empty()
+    {
+        return Err(Error::SnapshotRestore {
+            path: dir.join(snapshot::SNAPSHOT_DIR),
+            reason: format!(
+                "{} holds snapshots but no segment file: the store's log is missing (restore its segments, or remove the snapshots to start an empty store)",
+                dir.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Loads every snapshot of the store at `dir` (newest first) whose header
+/// and directory check out; the others are skipped in `report`.
+pub(super) fn load_candidates(
+    storage: &dyn Storage,
+    dir: &Path,
+    report: &mut OpenReport,
+) -> Result<Vec<LoadedSnapshot>> {
+    let listed = snapshot::list(storage, dir)?;
+    let mut candidates = Vec::new();
+    for (_, path) in listed {
+        match snapshot::load(storage, &path) {
+            Ok(loaded) => candidates.push(loaded),
+            Err(error) => skip_snapshot(report, path, damaged_reason(&error)),
+        }
+    }
+    Ok(candidates)
+}
+
+/// Where opening starts: the snapshot chosen (the same choice for a writer
+/// and a read-only open), and the host slices set from it.
+pub(super) struct Start {
+    pub(super) chosen: Option<LoadedSnapshot>,
+    pub(super) hosts: Vec<(TypeId, HostSlot)>,
+    /// Host slots the snapshot has no usable slice for: folded from the
+    /// start of the log.
+    pub(super) rebuild_from_start: Vec<usize>,
+    pub(super) snapshot_lsn: Lsn,
+    pub(super) replay_from: Lsn,
+}
+
+impl Start {
+    /// Chooses the snapshot to start from (the newest that belongs to the
+    /// log, see [`choose_snapshot`]) and sets each host slot's slice from
+    /// it. Fails when the log does not start at LSN 1 and nothing usable
+    /// covers what precedes it.
+    pub(super) fn choose(
+        dir: &Path,
+        candidates: Vec<LoadedSnapshot>,
+        span: &LogSpan<'_>,
+        mut hosts: Vec<(TypeId, HostSlot)>,
+        report: &mut OpenReport,
+    ) -> Result<Start> {
+        let first_lsn = span.first_lsn;
+        let (chosen, rejected) = choose_snapshot(candidates, span);
+        for (path, mismatch) in &rejected {
+            if mismatch.is_problem() {
+                skip_snapshot(report, path.clone(), mismatch.to_string());
+            }
+        }
+        if chosen.is_none() && first_lsn > 1 {
+            return Err(no_usable_snapshot(
+                dir,
+                first_lsn,
+                report
+                    .skipped_snapshots
+                    .iter()
+                    .map(|(path, reason)| (path.clone(), reason.clone()))
+                    .chain(
+                        rejected
+                            .iter()
+                            .filter(|(_, mismatch)| !mismatch.is_problem())
+                            .map(|(path, mismatch)| (path.clone(), mismatch.to_string())),
+                    ),
+            ));
+        }
+        let snapshot_lsn = chosen.as_ref().map_or(1, |loaded| loaded.lsn);
+        report.snapshot = chosen
+            .as_ref()
+            .map(|loaded| (loaded.path.clone(), loaded.lsn));
+        // Host slices: from the snapshot, or rebuilt from the start of the log.
+        let mut rebuild_from_start = Vec::new();
+        for (index, (_, slot)) in hosts.iter_mut().enumerate() {
+            let name = slot.reducer.name().to_string();
+            match chosen
+                .as_ref()
+                .and_then(|loaded| loaded.host_slices.get(&name))
+            {
+                Some(bytes) => match slot.reducer.decode(bytes) {
+                    Ok(slice) => slot.slice = slice,
+                    Err(reason) => {
+                        tracing::warn!(reducer = %name, reason = %reason, "host slice in snapshot does not decode; rebuilding it");
+                        rebuild_from_start.push(index);
+                    }
+                },
+                None if chosen.is_some() => rebuild_from_start.push(index),
+                None => {}
+            }
+        }
+        if !rebuild_from_start.is_empty() && first_lsn > 1 {
+            return Err(Error::SnapshotRestore {
+                path: report.snapshot.clone().map(|(path, _)| path).unwrap_or_default(),
+                reason: format!(
+                    "a registered reducer has no slice in it, and the log starts at LSN {first_lsn}: the events before it are not there to rebuild the slice from"
+                ),
+            });
+        }
+        let replay_from = if rebuild_from_start.is_empty() {
+            snapshot_lsn
+        } else {
+            first_lsn
+        };
+        Ok(Start {
+            chosen,
+            hosts,
+            rebuild_from_start,
+            snapshot_lsn,
+            replay_from,
+        })
+    }
+
+    /// Indexes and folds every event `tail` returns (it starts at
+    /// `replay_from`) until it reaches the end of what is written; returns
+    /// the index and the host slots.
+    pub(super) fn replay(
+        self,
+        tail: &mut dyn LogCursor,
+        report: &mut OpenReport,
+    ) -> Result<(State, Vec<(TypeId, HostSlot)>)> {
+        let Start {
+            chosen,
+            mut hosts,
+            rebuild_from_start,
+            snapshot_lsn,
+            ..
+        } = self;
+        let mut state = State {
+            snapshot: chosen.map(Arc::new),
+            index: HashMap::new(),
+            segments: Vec::new(),
+            events_since_snapshot: 0,
+            bytes_since_snapshot: 0,
+        };
+        for record in tail {
+            let record = record?;
+            let event =
+                codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
+                    lsn: record.lsn,
+                    reason,
+                })?;
+            if record.lsn < snapshot_lsn {
+                for &index in &rebuild_from_start {
+                    hosts[index].1.apply(&event, record.lsn)?;
+                }
+                continue;
+            }
+            state.index_frame(&[(record.lsn, &event)], record.position);
+            for (_, slot) in &mut hosts {
+                slot.apply(&event, record.lsn)?;
+            }
+            state.events_since_snapshot += 1;
+            state.bytes_since_snapshot += record.payload.len() as u64;
+            report.replayed_events += 1;
+        }
+        Ok((state, hosts))
+    }
+}
+
+impl StoreCore {
+    pub(super) fn new(
+        log: Backend,
+        options: StoreOptions,
+        state: State,
+        ordered: Ordered,
+        report: OpenReport,
+    ) -> StoreCore {
+        let snapshots_kept = options.snapshots_kept.max(1);
+        StoreCore {
+            ordered: Mutex::new(ordered),
+            log,
+            options: StoreOptions {
+                snapshots_kept,
+                ..options
+            },
+            state: RwLock::new(state),
+            snapshotting: Mutex::new(()),
+            compacting: RwLock::new(()),
+            open_report: report,
+            dispatch: Mutex::new(Dispatch::default()),
+            host_poison: OnceLock::new(),
+            forgotten_from: AtomicU64::new(0),
+            background: Mutex::new(Background::default()),
+            background_changed: Condvar::new(),
+            appending: RwLock::new(()),
+            stripes: (0..APPEND_STRIPES).map(|_| RwLock::new(())).collect(),
+        }
+    }
+}
+
+/// The log a snapshot is checked against.
+pub(super) struct LogSpan<'a> {
+    pub(super) store_id: StoreId,
+    pub(super) first_lsn: Lsn,
+    pub(super) next_lsn: Lsn,
+    /// A chain value recovery already read: (LSN, chain just before it).
+    pub(super) known_chain: Option<(Lsn, u32)>,
+    /// What the log holds just before an LSN ([`EventLog::binding_at`]).
+    pub(super) binding_at: &'a dyn Fn(Lsn) -> Result<Binding>,
+}
+
+/// The snapshot opening starts from: the newest one (of `candidates`,
+/// newest first, each with a good header and directory) that belongs to
+/// this log. Returns it, and why each newer one was passed over. Older
+/// snapshots than the chosen one are not examined.
+pub(super) fn choose_snapshot(
+    candidates: Vec<LoadedSnapshot>,
+    log: &LogSpan<'_>,
+) -> (
+    Option<LoadedSnapshot>,
+    Vec<(PathBuf, snapshot::SnapshotMismatch)>,
+) {
+    let mut rejected = Vec::new();
+    for loaded in candidates {
+        // The cheap verdicts first; the chain check reads the log.
+        let checked = if loaded.binding.store_id != log.store_id {
+            Err(snapshot::SnapshotMismatch::ForeignStore {
+                snapshot: loaded.binding.store_id,
+                store: log.store_id,
+            })
+        } else if loaded.lsn > log.next_lsn {
+            Err(snapshot::SnapshotMismatch::PastEnd {
+                lsn: loaded.lsn,
+                log_next_lsn: log.next_lsn,
+            })
+        } else if loaded.lsn < log.first_lsn {
+            Err(snapshot::SnapshotMismatch::BeforeStart {
+                lsn: loaded.lsn,
+                log_first_lsn: log.first_lsn,
+            })
+        } else {
+            snapshot::check_binding(&loaded, &log.store_id, log.known_chain, log.binding_at)
+        };
+        match checked {
+            Ok(()) => return (Some(loaded), rejected),
+            Err(mismatch) => rejected.push((loaded.path.clone(), mismatch)),
+        }
+    }
+    (None, rejected)
+}
+
+/// The error when the log does not start at LSN 1 and no snapshot usable
+/// with it covers the events before its start.
+pub(super) fn no_usable_snapshot(
+    dir: &Path,
+    first_lsn: Lsn,
+    passed_over: impl Iterator<Item = (PathBuf, String)>,
+) -> Error {
+    let reasons: Vec<String> = passed_over
+        .map(|(path, reason)| format!("{}: {reason}", path.display()))
+        .collect();
+    let first_segment = crate::log::segment::segment_file_name(first_lsn);
+    Error::SnapshotRestore {
+        path: dir.join(snapshot::SNAPSHOT_DIR),
+        reason: format!(
+            "the log starts at LSN {first_lsn} (segment {first_segment}), so events 1..{} must come from a snapshot, and no snapshot usable with this log covers them ({}); either segments before it were deleted (compaction, or by hand) and their snapshot is gone or does not match, or a segment file is missing",
+            first_lsn - 1,
+            if reasons.is_empty() {
+                "there is no snapshot".to_string()
+            } else {
+                reasons.join("; ")
+            }
+        ),
+    }
+}
+
+/// A load failure as a reason to skip a snapshot.
+pub(super) fn damaged_reason(error: &Error) -> String {
+    match error {
+        Error::SnapshotDamaged { reason, .. } => format!("damaged: {reason}"),
+        other => format!("damaged: {other}"),
+    }
+}
+
+pub(super) fn skip_snapshot(report: &mut OpenReport, path: PathBuf, reason: String) {
+    tracing::warn!(snapshot = %path.display(), reason = %reason, "skipping unusable snapshot");
+    report.skipped_snapshots.push((path, reason));
+}

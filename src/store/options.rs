@@ -1,0 +1,215 @@
+//! How a store is opened: its options, its retention policy, and the
+//! builder that registers host reducers.
+
+use std::any::TypeId;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::Store;
+use crate::error::Result;
+use crate::log::{Durability, EventLog, LogOptions};
+use crate::reducer::{self, ErasedReducer, Reducer};
+
+/// What compaction may delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Retention {
+    /// Keep every segment (the whole log stays auditable). The default.
+    #[default]
+    KeepAll,
+    /// Delete segments whose events the newest snapshot covers.
+    DeleteCoveredBySnapshot,
+}
+
+/// Options for opening a [`Store`]: a builder, so a new option never breaks
+/// a host.
+///
+/// Start from [`StoreOptions::new`] (the defaults) and chain a setter per
+/// option; each setter is named as the field it sets. The fields stay public
+/// for reading (`options.retention`, `options.log.durability`). The log's
+/// common settings are set here directly; the rest through
+/// [`StoreOptions::log`].
+///
+/// ```
+/// use convlog::store::{Retention, Store, StoreOptions};
+/// use convlog::Durability;
+///
+/// # fn main() -> convlog::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let options = StoreOptions::new()
+///     .durability(Durability::Sync)
+///     .segment_bytes_max(1 << 20)
+///     .snapshot_every_events(Some(10_000))
+///     .retention(Retention::DeleteCoveredBySnapshot);
+/// let store = Store::open(dir.path(), options)?;
+/// assert_eq!(store.log().durability(), Durability::Sync);
+/// # Ok(()) }
+/// ```
+///
+/// The struct is `#[non_exhaustive]`: outside convlog it cannot be written
+/// as a struct literal, so adding an option is not a breaking change.
+///
+/// ```compile_fail,E0639
+/// let options = convlog::StoreOptions {
+///     snapshots_kept: 3,
+///     ..convlog::StoreOptions::default()
+/// };
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct StoreOptions {
+    /// Options of the underlying log (durability, segment size, storage).
+    pub log: LogOptions,
+    /// Take a snapshot after this many events since the last one (checked
+    /// after each append; the append that crosses it wakes the store's
+    /// background snapshot thread and returns without waiting for it).
+    pub snapshot_every_events: Option<u64>,
+    /// Take a snapshot after this many payload bytes since the last one.
+    pub snapshot_every_bytes: Option<u64>,
+    /// What [`Store::compact`] may delete.
+    pub retention: Retention,
+    /// How many snapshot files to keep (the newest ones; at least 1).
+    pub snapshots_kept: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> StoreOptions {
+        StoreOptions {
+            log: LogOptions::default(),
+            snapshot_every_events: None,
+            snapshot_every_bytes: None,
+            retention: Retention::KeepAll,
+            snapshots_kept: 2,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// The defaults: the log's defaults ([`LogOptions::new`]), no automatic
+    /// snapshot, [`Retention::KeepAll`], 2 snapshots kept.
+    pub fn new() -> StoreOptions {
+        StoreOptions::default()
+    }
+
+    /// Sets every option of the underlying log at once (replacing what the
+    /// log setters below set before: call it first).
+    pub fn log(mut self, log: LogOptions) -> StoreOptions {
+        self.log = log;
+        self
+    }
+
+    /// Sets the default durability of appends ([`LogOptions::durability`]).
+    pub fn durability(mut self, durability: Durability) -> StoreOptions {
+        self.log.durability = durability;
+        self
+    }
+
+    /// Sets the size segments roll at ([`LogOptions::segment_bytes_max`]).
+    pub fn segment_bytes_max(mut self, segment_bytes_max: u64) -> StoreOptions {
+        self.log.segment_bytes_max = segment_bytes_max;
+        self
+    }
+
+    /// Sets the storage the store lives on ([`LogOptions::storage`]).
+    pub fn storage(mut self, storage: Arc<dyn crate::storage::Storage>) -> StoreOptions {
+        self.log.storage = storage;
+        self
+    }
+
+    /// Sets how long a group commit waits for more appenders
+    /// ([`LogOptions::group_commit_delay`]).
+    pub fn group_commit_delay(
+        mut self,
+        group_commit_delay: Option<std::time::Duration>,
+    ) -> StoreOptions {
+        self.log.group_commit_delay = group_commit_delay;
+        self
+    }
+
+    /// Sets whether opening keeps what precedes damage instead of failing
+    /// ([`LogOptions::salvage`]).
+    pub fn salvage(mut self, salvage: bool) -> StoreOptions {
+        self.log.salvage = salvage;
+        self
+    }
+
+    /// Sets whether the store may be created in a directory holding other
+    /// files ([`LogOptions::create_in_nonempty_dir`]).
+    pub fn create_in_nonempty_dir(mut self, create_in_nonempty_dir: bool) -> StoreOptions {
+        self.log.create_in_nonempty_dir = create_in_nonempty_dir;
+        self
+    }
+
+    /// Sets after how many events since the last snapshot a snapshot is
+    /// taken automatically (`None`: never by count).
+    pub fn snapshot_every_events(mut self, snapshot_every_events: Option<u64>) -> StoreOptions {
+        self.snapshot_every_events = snapshot_every_events;
+        self
+    }
+
+    /// Sets after how many payload bytes since the last snapshot a snapshot
+    /// is taken automatically (`None`: never by size).
+    pub fn snapshot_every_bytes(mut self, snapshot_every_bytes: Option<u64>) -> StoreOptions {
+        self.snapshot_every_bytes = snapshot_every_bytes;
+        self
+    }
+
+    /// Sets what [`Store::compact`] may delete.
+    pub fn retention(mut self, retention: Retention) -> StoreOptions {
+        self.retention = retention;
+        self
+    }
+
+    /// Sets how many snapshot files to keep (the newest; 0 counts as 1).
+    pub fn snapshots_kept(mut self, snapshots_kept: usize) -> StoreOptions {
+        self.snapshots_kept = snapshots_kept;
+        self
+    }
+}
+
+/// Opens a store with host reducers registered.
+pub struct StoreBuilder {
+    dir: PathBuf,
+    options: StoreOptions,
+    reducers: Vec<(TypeId, Box<dyn ErasedReducer>)>,
+}
+
+impl StoreBuilder {
+    /// A builder for the store at `dir`.
+    pub fn new(dir: impl AsRef<Path>) -> StoreBuilder {
+        StoreBuilder {
+            dir: dir.as_ref().to_path_buf(),
+            options: StoreOptions::default(),
+            reducers: Vec::new(),
+        }
+    }
+
+    /// Sets the options.
+    pub fn options(mut self, options: StoreOptions) -> StoreBuilder {
+        self.options = options;
+        self
+    }
+
+    /// Registers a host reducer; its slice is folded from every event.
+    pub fn reducer<R: Reducer>(mut self, reducer: R) -> StoreBuilder {
+        self.reducers
+            .push((TypeId::of::<R>(), reducer::erase(reducer)));
+        self
+    }
+
+    /// Opens (or creates) the store.
+    pub fn open(self) -> Result<Store> {
+        Store::open_with(self.dir, self.options, self.reducers)
+    }
+
+    /// Opens the store on `log`, any [`EventLog`], with the builder's
+    /// directory holding the snapshots ([`Store::open_on`]).
+    pub fn open_on(self, log: impl EventLog + 'static) -> Result<Store> {
+        Store::open_on_with(Arc::new(log), self.dir, self.options, self.reducers)
+    }
+
+    /// Opens the store read-only, beside its writer, with the host reducers
+    /// folded as it follows the writer ([`Store::open_read_only`]).
+    pub fn open_read_only(self) -> Result<Store> {
+        Store::open_read_only_with(self.dir, self.options, self.reducers)
+    }
+}

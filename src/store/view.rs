@@ -1,0 +1,92 @@
+//! Read-only access to a store's log for hosts.
+
+use std::path::Path;
+
+use super::backend::Backend;
+use crate::log::{Durability, LogReader, Lsn, RecoveryReport};
+
+/// Read-only access to a store's log: positions, durability, readers.
+///
+/// What [`Store::log`](super::Store::log) gives hosts. It has nothing that appends: every event
+/// goes through [`Store::append`](super::Store::append), which indexes it and folds it into the
+/// host slices. An event appended beside the store would reach neither.
+///
+/// ```compile_fail,E0599
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = convlog::Store::open(dir.path(), convlog::StoreOptions::default()).unwrap();
+/// store.log().append(b"not an event"); // no such method: the view cannot append
+/// ```
+#[derive(Clone, Copy)]
+pub struct LogView<'a> {
+    pub(super) log: &'a Backend,
+}
+
+impl std::fmt::Debug for LogView<'_> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.log.fmt(formatter)
+    }
+}
+
+impl LogView<'_> {
+    /// The store directory.
+    pub fn dir(&self) -> &Path {
+        self.log.dir()
+    }
+
+    /// The first LSN still in the log (1 unless segments were removed).
+    pub fn first_lsn(&self) -> Lsn {
+        self.log.first_lsn()
+    }
+
+    /// The LSN the next appended event will get. For a read-only store:
+    /// one past the last event it has read (see [`Store::refresh`](super::Store::refresh)).
+    pub fn next_lsn(&self) -> Lsn {
+        self.log.next_lsn()
+    }
+
+    /// Every event with an LSN below this one is durable. A read-only
+    /// store cannot tell: it reports what it has read.
+    pub fn durable_lsn(&self) -> Lsn {
+        self.log.durable_lsn()
+    }
+
+    /// One past the last event readers can see now.
+    pub fn visible_next_lsn(&self) -> Lsn {
+        self.log.visible_next_lsn()
+    }
+
+    /// Whether an I/O failure has stopped the writer (reopen the store).
+    pub fn is_poisoned(&self) -> bool {
+        self.log.is_poisoned()
+    }
+
+    /// The durability appends get by default.
+    pub fn durability(&self) -> Durability {
+        self.log.durability()
+    }
+
+    /// What recovery did when the store was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        self.log.recovery_report()
+    }
+
+    /// Counters of the writer's work since open.
+    pub fn writer_stats(&self) -> crate::log::WriterStats {
+        self.log.writer_stats()
+    }
+
+    /// A reader of the log that sees events as soon as they are written.
+    ///
+    /// The segment log's own reader: panics for a store opened on another
+    /// log ([`Store::open_on`](super::Store::open_on)); read that log
+    /// through the [`EventLog`](crate::log::EventLog) it was opened on.
+    pub fn reader(&self) -> LogReader {
+        self.log.reader()
+    }
+
+    /// Iterates over events with LSN `lsn` and above. Panics like
+    /// [`LogView::reader`] for a store on another log than the segment log.
+    pub fn iter_from(&self, lsn: Lsn) -> crate::log::LogIter {
+        self.log.reader().iter_from(lsn)
+    }
+}

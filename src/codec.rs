@@ -16,6 +16,8 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::error::Error;
+use crate::log::Lsn;
 use crate::model::{
     ConversationRecorded, CustomEvent, Event, HistoryCurated, MessagesReplaced, ToolStatusChanged,
 };
@@ -155,6 +157,14 @@ pub fn decode_event(payload: &[u8]) -> Result<Event, String> {
         other => Err(format!("unknown event kind {other}")),
     }
     .map_err(|reason| format!("cannot decode event: {reason}"))
+}
+
+/// Decodes the log payload of the event at `lsn`: [`decode_event`], with a
+/// failure located as [`Error::UndecodableEvent`] (its LSN and why). Every
+/// reader of events (the audit views, `tail`, the command line) decodes
+/// through it.
+pub fn decode_event_at(lsn: Lsn, payload: &[u8]) -> Result<Event, Error> {
+    decode_event(payload).map_err(|reason| Error::UndecodableEvent { lsn, reason })
 }
 
 #[cfg(test)]
@@ -832,5 +842,15 @@ mod tests {
         }
         assert!(decode_event(&[9, 1]).unwrap_err().contains("version"));
         assert!(decode_event(&[1, 99]).unwrap_err().contains("kind"));
+    }
+
+    #[test]
+    fn decode_event_at_locates_the_failure() {
+        let event = sample_events().remove(0);
+        assert_eq!(decode_event_at(7, &encode_event(&event)).unwrap(), event);
+        match decode_event_at(42, &[1, 99]) {
+            Err(Error::UndecodableEvent { lsn: 42, reason }) => assert!(reason.contains("kind")),
+            other => panic!("expected UndecodableEvent at LSN 42, got {other:?}"),
+        }
     }
 }

@@ -180,10 +180,7 @@ struct Tail<'a> {
 }
 
 fn decode(record: &Record) -> Result<Event> {
-    codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
-        lsn: record.lsn,
-        reason,
-    })
+    codec::decode_event_at(record.lsn, &record.payload)
 }
 
 fn write_failed(error: io::Error) -> Error {

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::format::{serialize_time, serialize_time_always};
 use crate::conversation::{CallResults, ConversationSlice};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::log::Lsn;
 use crate::model::{Event, Role, Timestamp, ToolStatus};
 use crate::store::Store;
@@ -419,23 +419,12 @@ impl Timeline {
     ) -> Result<Timeline> {
         let slice = store.conversation(conversation_id)?;
         let log = store.log();
-        let mut resumed = ResumedCalls::new(log.first_lsn());
         let end = log.visible_next_lsn();
-        for record in log.reader().iter_from(log.first_lsn()) {
-            let record = record?;
-            if record.lsn >= end {
-                break;
-            }
-            let event = crate::codec::decode_event(&record.payload).map_err(|reason| {
-                Error::UndecodableEvent {
-                    lsn: record.lsn,
-                    reason,
-                }
-            })?;
-            if event.conversation_id() == Some(conversation_id) {
-                resumed.observe(&event);
-            }
-        }
+        let mut scan = super::source::resumed_calls(&log, Some(conversation_id), end)?;
+        let resumed = scan
+            .calls
+            .remove(conversation_id)
+            .unwrap_or_else(|| ResumedCalls::new(scan.visible_from));
         Ok(Timeline::with_resumed(&slice, &resumed, options))
     }
 
@@ -762,9 +751,9 @@ pub struct StoreOverview {
     pub first_lsn: Lsn,
     /// The LSN the next event will get.
     pub next_lsn: Lsn,
-    /// LSN of the snapshot the folded state started from, if any. (A
-    /// [`Store`] always starts from its newest snapshot; an
-    /// [`AuditView`](super::AuditView) only when the log was compacted.)
+    /// LSN of the snapshot the folded state started from, if any (a
+    /// [`Store`], and so an [`AuditView`](super::AuditView), starts from
+    /// its newest usable snapshot).
     pub snapshot_lsn: Option<Lsn>,
     /// The conversations, sorted by id.
     pub conversations: Vec<ConversationSummary>,

@@ -434,13 +434,8 @@ pub fn dump(dir: &Path, from: Option<u64>, conversation: Option<&str>) -> Result
         };
         last_lsn = Some(record.lsn);
         bar.inc(record.payload.len() as u64);
-        let event = convlog::codec::decode_event(&record.payload).map_err(|reason| {
-            Failure(format!(
-                "store {}: the event at LSN {} does not decode: {reason}",
-                dir.display(),
-                record.lsn
-            ))
-        })?;
+        let event = convlog::codec::decode_event_at(record.lsn, &record.payload)
+            .map_err(|error| Failure(format!("store {}: {error}", dir.display())))?;
         if conversation.is_some_and(|id| event.conversation_id() != Some(id)) {
             continue;
         }

@@ -421,7 +421,7 @@ mod tests {
     }
 
     #[test]
-    fn every_event_kind_has_its_golden_bytes() {
+    fn conversation_recorded_has_its_golden_bytes() {
         let recorded = Event::ConversationRecorded(Box::new(ConversationRecorded {
             conversation_id: "conv".into(),
             session_id: Some("sess".into()),
@@ -442,7 +442,10 @@ mod tests {
                 FULL_ENTRY,
             ]),
         );
+    }
 
+    #[test]
+    fn tool_status_has_its_golden_bytes() {
         let status = Event::ToolStatus(ToolStatusChanged {
             conversation_id: "conv".into(),
             evaluation_id: "eval".into(),
@@ -467,7 +470,10 @@ mod tests {
                 ("resumed", "01"),
             ],
         );
+    }
 
+    #[test]
+    fn messages_replaced_has_its_golden_bytes() {
         let mut bare = ConversationEntry::new("e", 0, Role::System, None);
         bare.message_id = uuid::Uuid::from_bytes([0xAA; 16]);
         bare.created_at = Timestamp(0);
@@ -500,7 +506,10 @@ mod tests {
                 ],
             ]),
         );
+    }
 
+    #[test]
+    fn history_curated_has_its_golden_bytes() {
         let curated = Event::HistoryCurated(HistoryCurated {
             conversation_id: "conv".into(),
             strategy: "sliding_window(2)".into(),
@@ -521,7 +530,10 @@ mod tests {
                 ("at", "02"),
             ],
         );
+    }
 
+    #[test]
+    fn custom_has_its_golden_bytes() {
         let custom = Event::Custom(CustomEvent {
             kind: "budget".into(),
             conversation_id: Some("conv".into()),

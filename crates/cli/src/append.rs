@@ -32,13 +32,16 @@ pub fn append(dir: &Path, durability: Durability, create_in_nonempty: bool) -> R
             ..StoreOptions::default()
         },
     )?;
-    let mut sequences = SequenceCache::default();
+    let mut appender = Appender {
+        store,
+        sequences: SequenceCache::default(),
+        appended_lines: 0,
+    };
     let mut input = std::io::stdin().lock();
     let mut stdout = std::io::stdout().lock();
     let mut bytes = Vec::new();
     let mut line = 0u64;
     let mut rejected = Vec::new();
-    let mut appended_lines = 0u64;
     loop {
         let read = read_line_bounded(&mut input, &mut bytes, INPUT_LINE_BYTES_MAX)
             .map_err(|error| Failure(format!("read standard input after line {line}: {error}")))?;
@@ -46,25 +49,83 @@ pub fn append(dir: &Path, durability: Durability, create_in_nonempty: bool) -> R
             break;
         }
         line += 1;
-        match read {
-            LineRead::End | LineRead::Line => {}
-            LineRead::TooLong => {
-                eprintln!(
-                    "convlog: error: line {line}: longer than {INPUT_LINE_BYTES_MAX} bytes (INPUT_LINE_BYTES_MAX, the most one event or batch can hold); the line was skipped"
-                );
+        match appender.line(line, read, &bytes)? {
+            LineOutcome::Empty => {}
+            LineOutcome::Appended(lsns) => print_lsns(&mut stdout, line, lsns)?,
+            LineOutcome::Rejected(message) => {
+                eprintln!("convlog: error: {message}");
                 rejected.push(line);
-                continue;
             }
         }
+    }
+    rejected_summary(&rejected, appender.appended_lines)
+}
+
+/// What became of one input line.
+enum LineOutcome {
+    /// Nothing to append (an empty line or batch).
+    Empty,
+    /// Appended: the LSN of each of its events.
+    Appended(Vec<u64>),
+    /// Not appended: why (printed after `convlog: error: `).
+    Rejected(String),
+}
+
+/// The store `append` writes, and what it knows of it.
+struct Appender {
+    store: Store,
+    sequences: SequenceCache,
+    /// Lines appended so far.
+    appended_lines: u64,
+}
+
+impl Appender {
+    /// Parses, validates and appends input line `line` (its bytes, as
+    /// read). Fails only when the store does: a bad line is `Rejected`.
+    fn line(&mut self, line: u64, read: LineRead, bytes: &[u8]) -> Result<LineOutcome, Failure> {
+        if read == LineRead::TooLong {
+            return Ok(LineOutcome::Rejected(format!(
+                "line {line}: longer than {INPUT_LINE_BYTES_MAX} bytes (INPUT_LINE_BYTES_MAX, the most one event or batch can hold); the line was skipped"
+            )));
+        }
         // A byte order mark at the start of the input is not part of the JSON.
-        let text = if line == 1 {
-            without_bom(&bytes)
-        } else {
-            &bytes
+        let text = if line == 1 { without_bom(bytes) } else { bytes };
+        let events = match self.parse(line, text) {
+            Ok(events) if events.is_empty() => return Ok(LineOutcome::Empty),
+            Ok(events) => events,
+            Err(error) => return Ok(LineOutcome::Rejected(error.to_string())),
         };
-        let parsed = match std::str::from_utf8(text) {
+        let batch = events.len() > 1;
+        let lsns = match self.store.append(events.clone()) {
+            Ok(lsns) => lsns,
+            Err(Error::InvalidEvent { index, field }) => {
+                let at = if batch { format!("[{index}].") } else { String::new() };
+                return Ok(LineOutcome::Rejected(format!(
+                    "line {line}: {at}{}: {}",
+                    field.field, field.reason
+                )));
+            }
+            Err(error @ (Error::LimitExceeded { .. } | Error::InvalidArgument(_))) => {
+                return Ok(LineOutcome::Rejected(format!("line {line}: {error}")));
+            }
+            Err(error) => {
+                return Err(Failure(format!(
+                    "line {line} was not appended: {error}; the {} line(s) before it that were acknowledged stay appended",
+                    self.appended_lines
+                )))
+            }
+        };
+        self.sequences.appended(&events);
+        self.appended_lines += 1;
+        Ok(LineOutcome::Appended(lsns.into_iter().collect()))
+    }
+
+    /// The events of one line (UTF-8 JSON), with the sequences it leaves
+    /// out taken from the store.
+    fn parse(&mut self, line: u64, text: &[u8]) -> Result<Vec<Event>, LineError> {
+        match std::str::from_utf8(text) {
             Ok(text) => json::parse_line(line, text, &mut |conversation, evaluation| {
-                sequences.next(&store, conversation, evaluation)
+                self.sequences.next(&self.store, conversation, evaluation)
             }),
             Err(error) => Err(LineError {
                 line,
@@ -74,51 +135,24 @@ pub fn append(dir: &Path, durability: Durability, create_in_nonempty: bool) -> R
                     error.valid_up_to()
                 ),
             }),
-        };
-        let events = match parsed {
-            Ok(events) if events.is_empty() => continue,
-            Ok(events) => events,
-            Err(error) => {
-                eprintln!("convlog: error: {error}");
-                rejected.push(line);
-                continue;
-            }
-        };
-        let batch = events.len() > 1;
-        let lsns = match store.append(events.clone()) {
-            Ok(lsns) => lsns,
-            Err(Error::InvalidEvent { index, field }) => {
-                let at = if batch { format!("[{index}].") } else { String::new() };
-                eprintln!(
-                    "convlog: error: line {line}: {at}{}: {}",
-                    field.field, field.reason
-                );
-                rejected.push(line);
-                continue;
-            }
-            Err(error @ (Error::LimitExceeded { .. } | Error::InvalidArgument(_))) => {
-                eprintln!("convlog: error: line {line}: {error}");
-                rejected.push(line);
-                continue;
-            }
-            Err(error) => {
-                return Err(Failure(format!(
-                    "line {line} was not appended: {error}; the {appended_lines} line(s) before it that were acknowledged stay appended"
-                )))
-            }
-        };
-        sequences.appended(&events);
-        appended_lines += 1;
-        let printed = lsns
-            .into_iter()
-            .try_for_each(|lsn| writeln!(stdout, "{lsn}"))
-            .and_then(|()| stdout.flush());
-        if let Err(error) = printed {
-            return Err(Failure(format!(
-                "write to standard output after line {line} (appended): {error}; stopped reading input"
-            )));
         }
     }
+}
+
+/// Prints the LSNs of appended line `line`, one per line, and flushes.
+fn print_lsns(stdout: &mut impl Write, line: u64, lsns: Vec<u64>) -> Result<(), Failure> {
+    lsns.into_iter()
+        .try_for_each(|lsn| writeln!(stdout, "{lsn}"))
+        .and_then(|()| stdout.flush())
+        .map_err(|error| {
+            Failure(format!(
+                "write to standard output after line {line} (appended): {error}; stopped reading input"
+            ))
+        })
+}
+
+/// The failure when any line was `rejected` (their numbers), else success.
+fn rejected_summary(rejected: &[u64], appended_lines: u64) -> Result<(), Failure> {
     if rejected.is_empty() {
         return Ok(());
     }

@@ -272,6 +272,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    init_logging();
+    match run(Cli::parse().command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(shell::Failure(message)) => {
+            eprintln!("convlog: error: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Log records (recovery notes, warnings) go to stderr; `CONVLOG_LOG`
+/// filters them (default: warnings).
+fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CONVLOG_LOG")
@@ -282,8 +295,11 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .init();
-    let cli = Cli::parse();
-    let result = match cli.command {
+}
+
+/// Runs one command.
+fn run(command: Command) -> Result<(), shell::Failure> {
+    match command {
         Command::Append {
             store,
             durability,
@@ -332,45 +348,14 @@ fn main() -> ExitCode {
             format,
             pending,
             curate,
-        } => {
-            if format.is_page() && (pending.is_some() || curate.is_some()) {
-                usage_error(
-                    "export",
-                    clap::error::ErrorKind::ArgumentConflict,
-                    "--pending and --curate apply to provider formats, not to --format html",
-                );
-            }
-            if pending.is_some() && !format.renders_requests() {
-                usage_error(
-                    "export",
-                    clap::error::ErrorKind::ArgumentConflict,
-                    "--pending applies only to the provider formats, not to --format jsonl",
-                );
-            }
-            export::export(
-                &store,
-                &conversation,
-                format,
-                pending.unwrap_or(export::PendingArg::Drop),
-                curate.as_deref(),
-            )
-        }
+        } => checked_export(&store, &conversation, format, pending, curate.as_deref()),
         Command::CreateContext {
             store,
             conversation,
             as_user,
             public,
             create_in_nonempty,
-        } => {
-            if as_user.is_none() && !public {
-                usage_error(
-                    "create-context",
-                    clap::error::ErrorKind::MissingRequiredArgument,
-                    "a context created without --as has no owner and must be --public",
-                );
-            }
-            control::create_context(&store, &conversation, as_user, public, create_in_nonempty)
-        }
+        } => checked_create_context(&store, &conversation, as_user, public, create_in_nonempty),
         Command::AddMessages {
             store,
             conversation,
@@ -383,14 +368,56 @@ fn main() -> ExitCode {
         } => control::change_messages(&store, &conversation, as_user, control::Change::Set),
         Command::Demo { dir } => demo::run(dir).map_err(shell::Failure::from),
         Command::DemoWorker { store } => demo::worker(&store).map_err(shell::Failure::from),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(shell::Failure(message)) => {
-            eprintln!("convlog: error: {message}");
-            ExitCode::from(1)
-        }
     }
+}
+
+/// `convlog export`, after the flag combinations clap cannot check.
+fn checked_export(
+    store: &std::path::Path,
+    conversation: &str,
+    format: export::ExportFormat,
+    pending: Option<export::PendingArg>,
+    curate: Option<&str>,
+) -> Result<(), shell::Failure> {
+    if format.is_page() && (pending.is_some() || curate.is_some()) {
+        usage_error(
+            "export",
+            clap::error::ErrorKind::ArgumentConflict,
+            "--pending and --curate apply to provider formats, not to --format html",
+        );
+    }
+    if pending.is_some() && !format.renders_requests() {
+        usage_error(
+            "export",
+            clap::error::ErrorKind::ArgumentConflict,
+            "--pending applies only to the provider formats, not to --format jsonl",
+        );
+    }
+    export::export(
+        store,
+        conversation,
+        format,
+        pending.unwrap_or(export::PendingArg::Drop),
+        curate,
+    )
+}
+
+/// `convlog create-context`, after the flag combination clap cannot check.
+fn checked_create_context(
+    store: &std::path::Path,
+    conversation: &str,
+    as_user: Option<String>,
+    public: bool,
+    create_in_nonempty: bool,
+) -> Result<(), shell::Failure> {
+    if as_user.is_none() && !public {
+        usage_error(
+            "create-context",
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "a context created without --as has no owner and must be --public",
+        );
+    }
+    control::create_context(store, conversation, as_user, public, create_in_nonempty)
 }
 
 /// Exits with clap's usage error (exit 2) for `subcommand`: for flag

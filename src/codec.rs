@@ -159,6 +159,13 @@ pub fn decode_event(payload: &[u8]) -> Result<Event, String> {
     .map_err(|reason| format!("cannot decode event: {reason}"))
 }
 
+/// Whether a log payload holds a `tool_status` event, by its version and
+/// kind bytes alone (the body is not checked): a reader that needs only
+/// status changes decodes nothing else.
+pub fn is_tool_status(payload: &[u8]) -> bool {
+    matches!(payload, [EVENT_CODEC_VERSION, KIND_TOOL_STATUS, ..])
+}
+
 /// Decodes the log payload of the event at `lsn`: [`decode_event`], with a
 /// failure located as [`Error::UndecodableEvent`] (its LSN and why). Every
 /// reader of events (the audit views, `tail`, the command line) decodes
@@ -854,6 +861,23 @@ mod tests {
         }
         assert!(decode_event(&[9, 1]).unwrap_err().contains("version"));
         assert!(decode_event(&[1, 99]).unwrap_err().contains("kind"));
+    }
+
+    #[test]
+    fn only_status_payloads_are_tool_status() {
+        for event in sample_events() {
+            let is_status = matches!(event, Event::ToolStatus(_));
+            assert_eq!(
+                is_tool_status(&encode_event(&event)),
+                is_status,
+                "{event:?}"
+            );
+        }
+        assert!(!is_tool_status(&[]));
+        assert!(
+            !is_tool_status(&[9, KIND_TOOL_STATUS]),
+            "another codec version"
+        );
     }
 
     #[test]

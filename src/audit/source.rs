@@ -174,6 +174,7 @@ pub(super) struct ResumedScan {
 
 /// Reads the log of a store from its first LSN up to `end` (exclusive)
 /// and notes the re-run calls of every conversation, or only of `only`.
+/// Only `tool_status` events are decoded.
 /// Fails with `Corrupted` on damage, `Compacted` when compaction deleted
 /// what it was about to read, and `UndecodableEvent` on a payload that is
 /// not an event.
@@ -188,6 +189,11 @@ pub(super) fn resumed_calls(
         let record = record?;
         if record.lsn >= end {
             break;
+        }
+        if !codec::is_tool_status(&record.payload) {
+            // Only status changes carry the flag (the store's open decoded
+            // what it replayed).
+            continue;
         }
         let event = codec::decode_event_at(record.lsn, &record.payload)?;
         let Some(id) = event.conversation_id() else {

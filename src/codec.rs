@@ -16,6 +16,8 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::error::Error;
+use crate::log::Lsn;
 use crate::model::{
     ConversationRecorded, CustomEvent, Event, HistoryCurated, MessagesReplaced, ToolStatusChanged,
 };
@@ -155,6 +157,21 @@ pub fn decode_event(payload: &[u8]) -> Result<Event, String> {
         other => Err(format!("unknown event kind {other}")),
     }
     .map_err(|reason| format!("cannot decode event: {reason}"))
+}
+
+/// Whether a log payload holds a `tool_status` event, by its version and
+/// kind bytes alone (the body is not checked): a reader that needs only
+/// status changes decodes nothing else.
+pub fn is_tool_status(payload: &[u8]) -> bool {
+    matches!(payload, [EVENT_CODEC_VERSION, KIND_TOOL_STATUS, ..])
+}
+
+/// Decodes the log payload of the event at `lsn`: [`decode_event`], with a
+/// failure located as [`Error::UndecodableEvent`] (its LSN and why). Every
+/// reader of events (the audit views, `tail`, the command line) decodes
+/// through it.
+pub fn decode_event_at(lsn: Lsn, payload: &[u8]) -> Result<Event, Error> {
+    decode_event(payload).map_err(|reason| Error::UndecodableEvent { lsn, reason })
 }
 
 #[cfg(test)]
@@ -411,7 +428,7 @@ mod tests {
     }
 
     #[test]
-    fn every_event_kind_has_its_golden_bytes() {
+    fn conversation_recorded_has_its_golden_bytes() {
         let recorded = Event::ConversationRecorded(Box::new(ConversationRecorded {
             conversation_id: "conv".into(),
             session_id: Some("sess".into()),
@@ -432,7 +449,10 @@ mod tests {
                 FULL_ENTRY,
             ]),
         );
+    }
 
+    #[test]
+    fn tool_status_has_its_golden_bytes() {
         let status = Event::ToolStatus(ToolStatusChanged {
             conversation_id: "conv".into(),
             evaluation_id: "eval".into(),
@@ -457,7 +477,10 @@ mod tests {
                 ("resumed", "01"),
             ],
         );
+    }
 
+    #[test]
+    fn messages_replaced_has_its_golden_bytes() {
         let mut bare = ConversationEntry::new("e", 0, Role::System, None);
         bare.message_id = uuid::Uuid::from_bytes([0xAA; 16]);
         bare.created_at = Timestamp(0);
@@ -490,7 +513,10 @@ mod tests {
                 ],
             ]),
         );
+    }
 
+    #[test]
+    fn history_curated_has_its_golden_bytes() {
         let curated = Event::HistoryCurated(HistoryCurated {
             conversation_id: "conv".into(),
             strategy: "sliding_window(2)".into(),
@@ -511,7 +537,10 @@ mod tests {
                 ("at", "02"),
             ],
         );
+    }
 
+    #[test]
+    fn custom_has_its_golden_bytes() {
         let custom = Event::Custom(CustomEvent {
             kind: "budget".into(),
             conversation_id: Some("conv".into()),
@@ -832,5 +861,32 @@ mod tests {
         }
         assert!(decode_event(&[9, 1]).unwrap_err().contains("version"));
         assert!(decode_event(&[1, 99]).unwrap_err().contains("kind"));
+    }
+
+    #[test]
+    fn only_status_payloads_are_tool_status() {
+        for event in sample_events() {
+            let is_status = matches!(event, Event::ToolStatus(_));
+            assert_eq!(
+                is_tool_status(&encode_event(&event)),
+                is_status,
+                "{event:?}"
+            );
+        }
+        assert!(!is_tool_status(&[]));
+        assert!(
+            !is_tool_status(&[9, KIND_TOOL_STATUS]),
+            "another codec version"
+        );
+    }
+
+    #[test]
+    fn decode_event_at_locates_the_failure() {
+        let event = sample_events().remove(0);
+        assert_eq!(decode_event_at(7, &encode_event(&event)).unwrap(), event);
+        match decode_event_at(42, &[1, 99]) {
+            Err(Error::UndecodableEvent { lsn: 42, reason }) => assert!(reason.contains("kind")),
+            other => panic!("expected UndecodableEvent at LSN 42, got {other:?}"),
+        }
     }
 }

@@ -25,8 +25,7 @@ use uuid::Uuid;
 
 use crate::log::Lsn;
 use crate::model::{
-    ConversationEntry, Event, HistoryCurated, Role, Timestamp, ToolCall, ToolStatus,
-    ToolStatusChanged,
+    ConversationEntry, Event, HistoryCurated, Role, ToolCall, ToolStatus, ToolStatusChanged,
 };
 
 /// An entry and the LSN of the event that recorded it.
@@ -680,43 +679,10 @@ pub fn fold<'a>(
     slice
 }
 
-/// Helpers to build events in tests and examples.
-impl ConversationEntry {
-    /// This entry recorded in `conversation_id` as an event.
-    pub fn recorded_in(self, conversation_id: &str) -> Event {
-        Event::ConversationRecorded(Box::new(crate::model::ConversationRecorded {
-            conversation_id: conversation_id.to_string(),
-            session_id: None,
-            created_at: self.created_at,
-            entry: self,
-        }))
-    }
-}
-
-impl ToolStatusChanged {
-    /// A status change at time `at`.
-    pub fn new(
-        conversation_id: &str,
-        evaluation_id: &str,
-        call_id: &str,
-        status: ToolStatus,
-        at: Timestamp,
-    ) -> Self {
-        ToolStatusChanged {
-            conversation_id: conversation_id.to_string(),
-            evaluation_id: evaluation_id.to_string(),
-            call_id: call_id.to_string(),
-            status,
-            at,
-            error: None,
-            resumed: false,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Timestamp;
 
     fn entry(evaluation: &str, sequence: u64, role: Role) -> ConversationEntry {
         let mut entry = ConversationEntry::new(

@@ -516,6 +516,16 @@ impl ConversationEntry {
         self.message_id = message_id;
         self
     }
+
+    /// This entry recorded in `conversation_id` as an event.
+    pub fn recorded_in(self, conversation_id: &str) -> Event {
+        Event::ConversationRecorded(Box::new(ConversationRecorded {
+            conversation_id: conversation_id.to_string(),
+            session_id: None,
+            created_at: self.created_at,
+            entry: self,
+        }))
+    }
 }
 
 impl ToolCall {
@@ -722,6 +732,27 @@ pub enum Event {
     HistoryCurated(HistoryCurated),
     /// A host event.
     Custom(CustomEvent),
+}
+
+impl ToolStatusChanged {
+    /// A status change at time `at`.
+    pub fn new(
+        conversation_id: &str,
+        evaluation_id: &str,
+        call_id: &str,
+        status: ToolStatus,
+        at: Timestamp,
+    ) -> Self {
+        ToolStatusChanged {
+            conversation_id: conversation_id.to_string(),
+            evaluation_id: evaluation_id.to_string(),
+            call_id: call_id.to_string(),
+            status,
+            at,
+            error: None,
+            resumed: false,
+        }
+    }
 }
 
 impl From<ToolStatusChanged> for Event {

@@ -530,6 +530,8 @@ fn call_span(message: &MessageView, call: &CallView) -> (Timestamp, Option<Times
     (start, end)
 }
 
+/// The tool calls an assistant message made, as one block: a heading, then
+/// each call ([`call_block`]) on the batch's shared time bar.
 fn calls_block(
     page: &mut String,
     evaluation: usize,
@@ -555,115 +557,172 @@ fn calls_block(
     }
     let total = origin.millis_until(horizon);
     for call in calls {
-        let mut classes = vec!["call", call.status.as_str()];
-        if call.unfinished {
-            classes.push("unfinished");
-        }
-        if call.resumed == Some(true) {
-            classes.push("resumed");
-        }
-        let label = if call.unfinished {
-            format!("unfinished · {}", call.status.as_str())
-        } else {
-            call.status.as_str().to_string()
-        };
-        let duration = call
-            .duration_ms
-            .map(format_duration_ms)
-            .unwrap_or_else(|| "—".to_string());
-        let duration_title = match call.duration_from {
-            Some(super::timeline::DurationSource::StatusTimes) => "from started to ended",
-            Some(super::timeline::DurationSource::EntryTimes) => "from the request to its result",
-            Some(super::timeline::DurationSource::RequestToEnd) => "from the request to its end",
-            None => "no end recorded",
-        };
-        write!(
-            page,
-            "<div class=\"{}\" id=\"{}\">\n<div class=\"call-row\"><span class=\"status\">{label}</span><span class=\"name\">{}</span><code class=\"cid\">{}</code>",
-            classes.join(" "),
-            anchors.calls[&(evaluation, call.call_id.clone())],
-            escape(&call.name),
-            escape(&call.call_id)
-        )?;
-        if call.resumed == Some(true) {
-            page.push_str("<span class=\"badge info\">resumed</span>");
-        }
-        writeln!(
-            page,
-            "<span class=\"grow\"></span><span class=\"dur\" title=\"{duration_title}\">{duration}</span></div>"
-        )?;
-        if total > 0 {
-            let (start, end) = call_span(message, call);
-            let left = origin.millis_until(start) as f64 / total as f64 * 100.0;
-            let right = match end {
-                Some(end) => origin.millis_until(end) as f64 / total as f64 * 100.0,
-                None => 100.0,
-            };
-            let left = left.clamp(0.0, 100.0);
-            let width = (right.clamp(0.0, 100.0) - left).max(0.8);
-            let open = if end.is_none() { " open" } else { "" };
-            writeln!(
-                page,
-                "<div class=\"bar\" title=\"started +{} after the request\"><span class=\"fill{open}\" style=\"margin-left:{left:.2}%;width:{width:.2}%\"></span></div>",
-                format_duration_ms(origin.millis_until(start))
-            )?;
-        }
-        let arguments = &call.arguments;
-        if arguments.chars <= ARGUMENTS_INLINE_CHARS && !arguments.text.contains('\n') {
-            writeln!(
-                page,
-                "<div class=\"args\"><span class=\"k\">arguments</span> <code>{}</code></div>",
-                escape(&arguments.text)
-            )?;
-        } else {
-            writeln!(
-                page,
-                "<details class=\"args\"><summary><span class=\"k\">arguments</span> {}</summary><pre>{}</pre>{}</details>",
-                plural(arguments.chars, "character", "characters"),
-                escape(&arguments.text),
-                trimmed_note(arguments)
-            )?;
-        }
-        if let Some(error) = &call.error {
-            writeln!(
-                page,
-                "<div class=\"error-text\"><span class=\"k\">error</span> {}</div>{}",
-                escape(&error.text),
-                trimmed_note(error)
-            )?;
-        }
-        let mut notes = Vec::new();
-        if let (Some(start), Some(end)) = (call.started_at, call.ended_at) {
-            notes.push(format!("ran {} → {}", time_tag(start), time_tag(end)));
-        } else if let Some(start) = call.started_at {
-            notes.push(format!("started {}", time_tag(start)));
-        }
-        if let Some(result) = &call.result {
-            let target = anchors
-                .messages
-                .get(&(evaluation, result.sequence))
-                .map(|anchor| format!("<a href=\"#{anchor}\">#{}</a>", result.sequence))
-                .unwrap_or_else(|| format!("#{}", result.sequence));
-            notes.push(format!("result {target} at LSN {}", result.lsn));
-        }
-        if call.unfinished {
-            notes.push(
-                "no result recorded: the host stopped before it finished, and a resume would run it again"
-                    .to_string(),
-            );
-        }
-        for anomaly in &call.anomalies {
-            notes.push(format!(
-                "<span class=\"bad-text\">anomaly: {}</span>",
-                escape(anomaly)
-            ));
-        }
-        if !notes.is_empty() {
-            writeln!(page, "<div class=\"note\">{}</div>", notes.join(" · "))?;
-        }
-        page.push_str("</div>\n");
+        call_block(page, evaluation, message, call, anchors, total)?;
     }
     page.push_str("</div>\n");
+    Ok(())
+}
+
+/// One call: its status row, its span on a time bar `total` milliseconds
+/// long (none when 0), its arguments and error, and notes.
+fn call_block(
+    page: &mut String,
+    evaluation: usize,
+    message: &MessageView,
+    call: &CallView,
+    anchors: &Anchors,
+    total: i64,
+) -> std::fmt::Result {
+    call_row(page, evaluation, call, anchors)?;
+    if total > 0 {
+        call_bar(page, message, call, total)?;
+    }
+    call_text(page, call)?;
+    call_notes(page, evaluation, call, anchors)?;
+    page.push_str("</div>\n");
+    Ok(())
+}
+
+/// Opens a call's block with its row: status, name, id, resumed badge and
+/// duration.
+fn call_row(
+    page: &mut String,
+    evaluation: usize,
+    call: &CallView,
+    anchors: &Anchors,
+) -> std::fmt::Result {
+    let mut classes = vec!["call", call.status.as_str()];
+    if call.unfinished {
+        classes.push("unfinished");
+    }
+    if call.resumed == Some(true) {
+        classes.push("resumed");
+    }
+    let label = if call.unfinished {
+        format!("unfinished · {}", call.status.as_str())
+    } else {
+        call.status.as_str().to_string()
+    };
+    let duration = call
+        .duration_ms
+        .map(format_duration_ms)
+        .unwrap_or_else(|| "—".to_string());
+    let duration_title = match call.duration_from {
+        Some(super::timeline::DurationSource::StatusTimes) => "from started to ended",
+        Some(super::timeline::DurationSource::EntryTimes) => "from the request to its result",
+        Some(super::timeline::DurationSource::RequestToEnd) => "from the request to its end",
+        None => "no end recorded",
+    };
+    write!(
+        page,
+        "<div class=\"{}\" id=\"{}\">\n<div class=\"call-row\"><span class=\"status\">{label}</span><span class=\"name\">{}</span><code class=\"cid\">{}</code>",
+        classes.join(" "),
+        anchors.calls[&(evaluation, call.call_id.clone())],
+        escape(&call.name),
+        escape(&call.call_id)
+    )?;
+    if call.resumed == Some(true) {
+        page.push_str("<span class=\"badge info\">resumed</span>");
+    }
+    writeln!(
+        page,
+        "<span class=\"grow\"></span><span class=\"dur\" title=\"{duration_title}\">{duration}</span></div>"
+    )?;
+    Ok(())
+}
+
+/// A call's span on its batch's time bar, `total` milliseconds from the
+/// request.
+fn call_bar(
+    page: &mut String,
+    message: &MessageView,
+    call: &CallView,
+    total: i64,
+) -> std::fmt::Result {
+    let origin = message.created_at;
+    let (start, end) = call_span(message, call);
+    let left = origin.millis_until(start) as f64 / total as f64 * 100.0;
+    let right = match end {
+        Some(end) => origin.millis_until(end) as f64 / total as f64 * 100.0,
+        None => 100.0,
+    };
+    let left = left.clamp(0.0, 100.0);
+    let width = (right.clamp(0.0, 100.0) - left).max(0.8);
+    let open = if end.is_none() { " open" } else { "" };
+    writeln!(
+        page,
+        "<div class=\"bar\" title=\"started +{} after the request\"><span class=\"fill{open}\" style=\"margin-left:{left:.2}%;width:{width:.2}%\"></span></div>",
+        format_duration_ms(origin.millis_until(start))
+    )?;
+    Ok(())
+}
+
+/// A call's arguments (folded when long) and error text.
+fn call_text(page: &mut String, call: &CallView) -> std::fmt::Result {
+    let arguments = &call.arguments;
+    if arguments.chars <= ARGUMENTS_INLINE_CHARS && !arguments.text.contains('\n') {
+        writeln!(
+            page,
+            "<div class=\"args\"><span class=\"k\">arguments</span> <code>{}</code></div>",
+            escape(&arguments.text)
+        )?;
+    } else {
+        writeln!(
+            page,
+            "<details class=\"args\"><summary><span class=\"k\">arguments</span> {}</summary><pre>{}</pre>{}</details>",
+            plural(arguments.chars, "character", "characters"),
+            escape(&arguments.text),
+            trimmed_note(arguments)
+        )?;
+    }
+    if let Some(error) = &call.error {
+        writeln!(
+            page,
+            "<div class=\"error-text\"><span class=\"k\">error</span> {}</div>{}",
+            escape(&error.text),
+            trimmed_note(error)
+        )?;
+    }
+    Ok(())
+}
+
+/// The notes under a call: when it ran, its result, why it is unfinished,
+/// its anomalies.
+fn call_notes(
+    page: &mut String,
+    evaluation: usize,
+    call: &CallView,
+    anchors: &Anchors,
+) -> std::fmt::Result {
+    let mut notes = Vec::new();
+    if let (Some(start), Some(end)) = (call.started_at, call.ended_at) {
+        notes.push(format!("ran {} → {}", time_tag(start), time_tag(end)));
+    } else if let Some(start) = call.started_at {
+        notes.push(format!("started {}", time_tag(start)));
+    }
+    if let Some(result) = &call.result {
+        let target = anchors
+            .messages
+            .get(&(evaluation, result.sequence))
+            .map(|anchor| format!("<a href=\"#{anchor}\">#{}</a>", result.sequence))
+            .unwrap_or_else(|| format!("#{}", result.sequence));
+        notes.push(format!("result {target} at LSN {}", result.lsn));
+    }
+    if call.unfinished {
+        notes.push(
+            "no result recorded: the host stopped before it finished, and a resume would run it again"
+                .to_string(),
+        );
+    }
+    for anomaly in &call.anomalies {
+        notes.push(format!(
+            "<span class=\"bad-text\">anomaly: {}</span>",
+            escape(anomaly)
+        ));
+    }
+    if !notes.is_empty() {
+        writeln!(page, "<div class=\"note\">{}</div>", notes.join(" · "))?;
+    }
     Ok(())
 }
 

@@ -10,7 +10,7 @@
 //!   (the `--json` form). Build it from a [`ConversationSlice`]
 //!   ([`Timeline::from_slice`]), from a [`Store`] ([`Timeline::from_store`]),
 //!   or from a store directory without taking the writer's lock
-//!   ([`AuditView::open`]).
+//!   ([`AuditView::open`], over [`Store::open_read_only`]).
 //! - [`StoreOverview`]: one row per conversation (entries, evaluations,
 //!   calls, failed and unfinished calls).
 //! - Rendering: [`write_timeline_text`] and [`write_overview_text`] (ANSI
@@ -43,6 +43,7 @@
 //!
 //! [`ConversationSlice`]: crate::ConversationSlice
 //! [`Store`]: crate::Store
+//! [`Store::open_read_only`]: crate::Store::open_read_only
 
 mod format;
 mod html;

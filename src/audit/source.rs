@@ -1,4 +1,12 @@
-//! A read-only view of a store directory, folded from its log.
+//! A read-only view of a store directory, and the one scan of the log that
+//! finds re-run (resumed) calls.
+//!
+//! Opening and replaying is the store's own: [`AuditView::open`] opens the
+//! directory with [`Store::open_read_only`] (the snapshot a writer's open
+//! would choose, with the same checks, then the log after it) and reads
+//! the folded conversations from it. The resumed flags, which the folded
+//! slices do not keep, come from one pass over the store's log
+//! ([`resumed_calls`]), shared with [`Timeline::from_store`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,9 +17,8 @@ use super::timeline::{
 use crate::codec;
 use crate::conversation::ConversationSlice;
 use crate::error::{Error, Result};
-use crate::log::{segment, LogReader, Lsn};
-use crate::storage::FileSystem;
-use crate::store::snapshot;
+use crate::log::Lsn;
+use crate::store::{LogView, Store, StoreOptions};
 
 /// How often [`AuditView::open`] reads a store that compaction keeps
 /// shrinking under it before it reports the gap.
@@ -19,15 +26,17 @@ const READ_ATTEMPTS_MAX: usize = 3;
 
 /// The conversations of a store directory, read without the writer's lock.
 ///
-/// [`AuditView::open`] reads the log from its first event with a
-/// [`LogReader`] (so it works while another process appends, and sees what
-/// was written when it reached the end) and folds every conversation, or
-/// only the one asked for. While it reads, it notes which calls were re-run
-/// after a resume, which the folded slices do not keep.
+/// [`AuditView::open`] opens the store read-only ([`Store::open_read_only`]:
+/// no lock, nothing written, so it works while another process appends and
+/// sees what was written when it reached the end), folds every
+/// conversation, or only the one asked for, and reads the log once more to
+/// note which calls were re-run after a resume, which the folded slices do
+/// not keep.
 ///
-/// When the log was compacted (it no longer starts at LSN 1), the newest
-/// snapshot that covers its start stands in for the missing events; resumed
-/// flags are then known only for calls recorded after the log's first LSN.
+/// The store starts from its newest usable snapshot. When the log was
+/// compacted (it no longer starts at LSN 1), that snapshot stands in for
+/// the missing events; resumed flags are then known only for calls
+/// recorded after the log's first LSN.
 #[derive(Debug)]
 pub struct AuditView {
     dir: PathBuf,
@@ -39,8 +48,10 @@ pub struct AuditView {
 
 impl AuditView {
     /// Reads the store at `dir`, folding every conversation, or only
-    /// `only` when given. Fails with `NotAStore` when `dir` holds no
-    /// segments, `Corrupted` on damage (segment and offset), and
+    /// `only` when given. Fails as [`Store::open_read_only`] does
+    /// (`NotAStore` when `dir` holds no segments, `Corrupted` on damage
+    /// with segment and offset, `SnapshotRestore` when the log was
+    /// compacted and no snapshot covers its start), and with
     /// `UndecodableEvent` (LSN) on a payload that is not an event.
     ///
     /// Compaction deleting segments while it reads makes it start again
@@ -56,50 +67,39 @@ impl AuditView {
     }
 
     fn read(dir: &Path, only: Option<&str>) -> Result<AuditView> {
-        let dir = dir.to_path_buf();
-        let reader = LogReader::open(&dir)?;
-        let first_lsn = segment::list(&FileSystem, &dir)?
-            .segments
-            .first()
-            .map_or(1, |segment| segment.first_lsn);
-        let mut conversations: BTreeMap<String, (ConversationSlice, ResumedCalls)> =
-            BTreeMap::new();
-        let mut snapshot_lsn = None;
-        let mut replay_from = first_lsn;
-        if first_lsn > 1 {
-            let (lsn, slices) = load_snapshot(&dir, first_lsn, only)?;
-            snapshot_lsn = Some(lsn);
-            replay_from = lsn;
-            for slice in slices {
-                let resumed = ResumedCalls::new(first_lsn);
-                conversations.insert(slice.conversation_id().to_string(), (slice, resumed));
+        let store = Store::open_read_only(dir, StoreOptions::default())?;
+        let snapshot_lsn = store.stats().snapshot_lsn;
+        let ids = match only {
+            Some(id) => vec![id.to_string()],
+            None => store.conversation_ids(),
+        };
+        let mut slices = Vec::with_capacity(ids.len());
+        for id in ids {
+            match store.conversation(&id) {
+                Ok(slice) => slices.push(slice),
+                Err(Error::ConversationNotFound { .. }) => {}
+                Err(error) => return Err(error),
             }
         }
-        let mut next_lsn = first_lsn;
-        for record in reader.iter_from(first_lsn) {
-            let record = record?;
-            next_lsn = record.lsn + 1;
-            let event =
-                codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
-                    lsn: record.lsn,
-                    reason,
-                })?;
-            let Some(id) = event.conversation_id() else {
-                continue;
-            };
-            if only.is_some_and(|only| only != id) {
-                continue;
-            }
-            let (slice, resumed) = conversations
-                .entry(id.to_string())
-                .or_insert_with(|| (ConversationSlice::new(id), ResumedCalls::new(first_lsn)));
-            resumed.observe(&event);
-            if record.lsn >= replay_from {
-                slice.apply(&event, record.lsn);
-            }
-        }
+        // Every slice was folded up to at most this LSN: the resumed flags
+        // are read up to it too.
+        let log = store.log();
+        let next_lsn = log.visible_next_lsn();
+        let mut resumed = resumed_calls(&log, only, next_lsn)?;
+        let first_lsn = resumed.visible_from;
+        let conversations = slices
+            .into_iter()
+            .map(|slice| {
+                let id = slice.conversation_id().to_string();
+                let calls = resumed
+                    .calls
+                    .remove(&id)
+                    .unwrap_or_else(|| ResumedCalls::new(first_lsn));
+                (id, (slice, calls))
+            })
+            .collect();
         Ok(AuditView {
-            dir,
+            dir: dir.to_path_buf(),
             first_lsn,
             next_lsn,
             snapshot_lsn,
@@ -163,59 +163,124 @@ impl AuditView {
     }
 }
 
-/// The newest usable snapshot at or after `first_lsn`: its LSN and slices.
-fn load_snapshot(
-    dir: &Path,
-    first_lsn: Lsn,
+/// The re-run calls of each conversation, read from a store's log.
+pub(super) struct ResumedScan {
+    /// The first LSN read: flags of calls recorded before it (compacted
+    /// away) are unknown.
+    pub(super) visible_from: Lsn,
+    /// Per conversation with any event in the range read.
+    pub(super) calls: BTreeMap<String, ResumedCalls>,
+}
+
+/// Reads the log of a store from its first LSN up to `end` (exclusive)
+/// and notes the re-run calls of every conversation, or only of `only`.
+/// Only `tool_status` events are decoded.
+/// Fails with `Corrupted` on damage, `Compacted` when compaction deleted
+/// what it was about to read, and `UndecodableEvent` on a payload that is
+/// not an event.
+pub(super) fn resumed_calls(
+    log: &LogView<'_>,
     only: Option<&str>,
-) -> Result<(Lsn, Vec<ConversationSlice>)> {
-    let mut reasons = Vec::new();
-    for (lsn, path) in snapshot::list(&FileSystem, dir)? {
-        if lsn < first_lsn {
-            reasons.push(format!(
-                "{}: ends at LSN {lsn}, before the log's first LSN {first_lsn}",
-                path.display()
-            ));
+    end: Lsn,
+) -> Result<ResumedScan> {
+    let visible_from = log.first_lsn();
+    let mut calls: BTreeMap<String, ResumedCalls> = BTreeMap::new();
+    for record in log.reader().iter_from(visible_from) {
+        let record = record?;
+        if record.lsn >= end {
+            break;
+        }
+        if !codec::is_tool_status(&record.payload) {
+            // Only status changes carry the flag (the store's open decoded
+            // what it replayed).
             continue;
         }
-        // Only a snapshot bound to this log (its store, its exact prefix).
-        let loaded = match snapshot::load_checked(&FileSystem, dir, &path) {
-            Ok(loaded) => loaded,
-            Err(rejection) => {
-                reasons.push(format!("{}: {rejection}", path.display()));
-                continue;
-            }
+        let event = codec::decode_event_at(record.lsn, &record.payload)?;
+        let Some(id) = event.conversation_id() else {
+            continue;
         };
-        let mut ids: Vec<&String> = loaded
-            .conversations
-            .keys()
-            .filter(|id| only.is_none_or(|only| only == id.as_str()))
-            .collect();
-        ids.sort();
-        let mut slices = Vec::with_capacity(ids.len());
-        for id in ids {
-            let Some(blob) = loaded.read_blob(id)? else {
-                continue;
-            };
-            let slice = codec::decode_value::<ConversationSlice>(&blob).map_err(|reason| {
-                Error::SnapshotDamaged {
-                    path: path.clone(),
-                    reason: format!("the slice of conversation {id:?} does not decode: {reason}"),
-                }
-            })?;
-            slices.push(slice);
+        if only.is_some_and(|only| only != id) {
+            continue;
         }
-        return Ok((lsn, slices));
+        calls
+            .entry(id.to_string())
+            .or_insert_with(|| ResumedCalls::new(visible_from))
+            .observe(&event);
     }
-    Err(Error::SnapshotRestore {
-        path: dir.join(snapshot::SNAPSHOT_DIR),
-        reason: format!(
-            "the log was compacted to start at LSN {first_lsn} and no snapshot covers its start{}",
-            if reasons.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", reasons.join("; "))
-            }
-        ),
+    Ok(ResumedScan {
+        visible_from,
+        calls,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{
+        ConversationEntry, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged,
+    };
+
+    /// A call, its re-run after a resume, and its result; a snapshot
+    /// between them.
+    #[test]
+    fn the_view_starts_from_the_snapshot_and_still_sees_resumed_calls() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let ask = ConversationEntry::new("eval-1", 0, Role::User, Some("Weather?".into()));
+        let call = ConversationEntry::new("eval-1", 1, Role::Assistant, None)
+            .with_tool_call(ToolCall::new("call_1", "get_weather", "{}"));
+        store.append(&[ask.recorded_in("ctx")]).unwrap();
+        store.append(&[call.recorded_in("ctx")]).unwrap();
+        let mut rerun =
+            ToolStatusChanged::new("ctx", "eval-1", "call_1", ToolStatus::Running, Timestamp(5));
+        rerun.resumed = true;
+        store.append(&[rerun.into()]).unwrap();
+        let snapshot = store.snapshot().unwrap();
+        store
+            .append(&[ToolStatusChanged::new(
+                "ctx",
+                "eval-1",
+                "call_1",
+                ToolStatus::Completed,
+                Timestamp(9),
+            )
+            .into()])
+            .unwrap();
+        store
+            .append(&[
+                ConversationEntry::new("eval-1", 0, Role::User, Some("Hi".into()))
+                    .recorded_in("other"),
+            ])
+            .unwrap();
+
+        // Beside the writer, which holds the lock.
+        let view = AuditView::open(dir.path(), None).unwrap();
+        let overview = view.overview();
+        assert_eq!(overview.snapshot_lsn, Some(snapshot.lsn));
+        assert_eq!((view.first_lsn(), view.next_lsn()), (1, 6));
+        assert_eq!(
+            view.conversation_ids().collect::<Vec<_>>(),
+            ["ctx", "other"]
+        );
+        assert_eq!(view.slice("ctx"), Some(&store.conversation("ctx").unwrap()));
+        let timeline = view.timeline("ctx", &TimelineOptions::default()).unwrap();
+        let call = timeline.call("call_1").unwrap();
+        assert_eq!(
+            call.resumed,
+            Some(true),
+            "the re-run is before the snapshot"
+        );
+        assert_eq!(call.status, ToolStatus::Completed, "the result is after it");
+        assert_eq!(
+            timeline,
+            Timeline::from_store(&store, "ctx", &TimelineOptions::default()).unwrap()
+        );
+
+        let only = AuditView::open(dir.path(), Some("other")).unwrap();
+        assert_eq!(only.conversation_ids().collect::<Vec<_>>(), ["other"]);
+        assert!(matches!(
+            only.timeline("ctx", &TimelineOptions::default()),
+            Err(Error::ConversationNotFound { .. })
+        ));
+    }
 }

@@ -10,7 +10,7 @@ use crate::codec;
 use crate::error::{Error, Result};
 use crate::json;
 use crate::log::{LogIter, LogReader, Lsn, Record};
-use crate::model::{Event, Role, ToolStatus};
+use crate::model::{ConversationEntry, Event, Role, ToolStatus, ToolStatusChanged};
 
 /// How [`tail()`] prints each event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,10 +236,7 @@ struct Tail<'a> {
 }
 
 fn decode(record: &Record) -> Result<Event> {
-    codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
-        lsn: record.lsn,
-        reason,
-    })
+    codec::decode_event_at(record.lsn, &record.payload)
 }
 
 fn write_failed(error: io::Error) -> Error {
@@ -389,81 +386,12 @@ fn paint(color: bool, style: &str, text: &str) -> String {
 /// Recorded content is put on one line, cut, and stripped of control
 /// characters; with `color` false the line holds no escape sequence.
 pub fn event_summary(lsn: Lsn, event: &Event, color: bool) -> String {
-    const TEXT: usize = 100;
     let (at, what) = match event {
-        Event::ConversationRecorded(recorded) => {
-            let entry = &recorded.entry;
-            let role = match entry.role {
-                Role::System => "system",
-                Role::User => "user",
-                Role::Assistant => "assistant",
-                Role::Tool => "tool",
-            };
-            let mut line = format!(
-                "{} #{} {}",
-                one_line(&entry.evaluation_id, 60),
-                entry.sequence,
-                paint(color, "1", role)
-            );
-            if let (Role::Tool, Some(call_id)) = (entry.role, entry.tool_call_id.as_deref()) {
-                line.push_str(&format!(" ← {}", one_line(call_id, 60)));
-                if let Some(name) = &entry.tool_name {
-                    line.push_str(&format!(" {}", one_line(name, 60)));
-                }
-                if entry.is_error {
-                    line.push_str(&format!(" {}", paint(color, "1;31", "ERROR")));
-                }
-            }
-            if let Some(content) = entry
-                .content
-                .as_deref()
-                .filter(|text| !text.trim().is_empty())
-            {
-                line.push_str(&format!(": {}", one_line(content, TEXT)));
-            }
-            if !entry.tool_calls.is_empty() {
-                let calls: Vec<String> = entry
-                    .tool_calls
-                    .iter()
-                    .take(5)
-                    .map(|call| {
-                        format!(
-                            "{}({})",
-                            one_line(&call.name, 40),
-                            one_line(&call.call_id, 40)
-                        )
-                    })
-                    .collect();
-                let more = entry.tool_calls.len().saturating_sub(5);
-                let more = if more > 0 {
-                    format!(", +{more} more")
-                } else {
-                    String::new()
-                };
-                line.push_str(&format!(" → {}{more}", calls.join(", ")));
-            }
-            (Some(entry.created_at), line)
-        }
-        Event::ToolStatus(change) => {
-            let style = match change.status {
-                ToolStatus::Failed => "1;31",
-                ToolStatus::Completed => "32",
-                _ => "33",
-            };
-            let mut line = format!(
-                "{} call {} → {}",
-                one_line(&change.evaluation_id, 60),
-                one_line(&change.call_id, 60),
-                paint(color, style, change.status.as_str())
-            );
-            if change.resumed {
-                line.push_str(" (resumed)");
-            }
-            if let Some(error) = &change.error {
-                line.push_str(&format!(": {}", one_line(error, TEXT)));
-            }
-            (Some(change.at), line)
-        }
+        Event::ConversationRecorded(recorded) => (
+            Some(recorded.entry.created_at),
+            entry_summary(&recorded.entry, color),
+        ),
+        Event::ToolStatus(change) => (Some(change.at), status_summary(change, color)),
         Event::MessagesReplaced(replaced) => (
             Some(replaced.at),
             format!("messages replaced: now {} entries", replaced.entries.len()),
@@ -497,4 +425,90 @@ pub fn event_summary(lsn: Lsn, event: &Event, color: bool) -> String {
         paint(color, "2", &format!("{at:<12}")),
         paint(color, "36", &conversation)
     )
+}
+
+/// Characters of recorded text a summary keeps.
+const SUMMARY_TEXT_CHARS: usize = 100;
+
+/// Calls of an assistant entry a summary names; the rest are counted.
+const SUMMARY_CALLS_LISTED_MAX: usize = 5;
+
+/// What `event_summary` says of a recorded entry: evaluation, sequence,
+/// role, the call it answers, its text, the calls it makes.
+fn entry_summary(entry: &ConversationEntry, color: bool) -> String {
+    let role = match entry.role {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    };
+    let mut line = format!(
+        "{} #{} {}",
+        one_line(&entry.evaluation_id, 60),
+        entry.sequence,
+        paint(color, "1", role)
+    );
+    if let (Role::Tool, Some(call_id)) = (entry.role, entry.tool_call_id.as_deref()) {
+        line.push_str(&format!(" ← {}", one_line(call_id, 60)));
+        if let Some(name) = &entry.tool_name {
+            line.push_str(&format!(" {}", one_line(name, 60)));
+        }
+        if entry.is_error {
+            line.push_str(&format!(" {}", paint(color, "1;31", "ERROR")));
+        }
+    }
+    if let Some(content) = entry
+        .content
+        .as_deref()
+        .filter(|text| !text.trim().is_empty())
+    {
+        line.push_str(&format!(": {}", one_line(content, SUMMARY_TEXT_CHARS)));
+    }
+    if !entry.tool_calls.is_empty() {
+        let calls: Vec<String> = entry
+            .tool_calls
+            .iter()
+            .take(SUMMARY_CALLS_LISTED_MAX)
+            .map(|call| {
+                format!(
+                    "{}({})",
+                    one_line(&call.name, 40),
+                    one_line(&call.call_id, 40)
+                )
+            })
+            .collect();
+        let more = entry
+            .tool_calls
+            .len()
+            .saturating_sub(SUMMARY_CALLS_LISTED_MAX);
+        let more = if more > 0 {
+            format!(", +{more} more")
+        } else {
+            String::new()
+        };
+        line.push_str(&format!(" → {}{more}", calls.join(", ")));
+    }
+    line
+}
+
+/// What `event_summary` says of a status change.
+fn status_summary(change: &ToolStatusChanged, color: bool) -> String {
+    let style = match change.status {
+        ToolStatus::Failed => "1;31",
+        ToolStatus::Completed => "32",
+        _ => "33",
+    };
+    let mut line = format!(
+        "{} call {} → {}",
+        one_line(&change.evaluation_id, 60),
+        one_line(&change.call_id, 60),
+        paint(color, style, change.status.as_str())
+    );
+    if change.resumed {
+        line.push_str(" (resumed)");
+    }
+    if let Some(error) = &change.error {
+        line.push_str(&format!(": {}", one_line(error, SUMMARY_TEXT_CHARS)));
+    }
+    line
 }

@@ -3,7 +3,7 @@
 use std::io::{self, Write};
 
 use super::format::{clock, datetime, defuse_controls, format_duration_ms, one_line, plural};
-use super::timeline::{CallCounts, CallView, MessageView, StoreOverview, Timeline};
+use super::timeline::{CallCounts, CallView, EvaluationView, MessageView, StoreOverview, Timeline};
 use crate::model::{Role, ToolStatus};
 
 /// How [`write_timeline_text_with`] renders.
@@ -148,7 +148,16 @@ pub fn write_timeline_text_with(
         color: options.color,
     };
     let text_width = options.width.saturating_sub(PREFIX).max(TEXT_MIN);
+    write_timeline_head(out, timeline, &paint)?;
+    for (index, evaluation) in timeline.evaluations.iter().enumerate() {
+        let position = (index + 1, timeline.evaluations.len());
+        write_evaluation(out, evaluation, position, options, &paint, text_width)?;
+    }
+    write_kept_apart(out, timeline, options, &paint, text_width)
+}
 
+/// The conversation's id, counts, times and call totals.
+fn write_timeline_head(out: &mut dyn Write, timeline: &Timeline, paint: &Paint) -> io::Result<()> {
     writeln!(
         out,
         "{} {}",
@@ -172,51 +181,69 @@ pub fn write_timeline_text_with(
         ));
     }
     writeln!(out, "  {}", facts.join(" · "))?;
-    writeln!(out, "  {}", counts_text(&timeline.calls, &paint))?;
+    writeln!(out, "  {}", counts_text(&timeline.calls, paint))?;
+    Ok(())
+}
 
-    for (index, evaluation) in timeline.evaluations.iter().enumerate() {
-        writeln!(out)?;
-        let mut head = vec![format!(
-            "{} {}",
-            paint.paint(
-                BOLD,
-                &format!("evaluation {}/{}", index + 1, timeline.evaluations.len())
-            ),
-            paint.paint(BOLD, &one_line(&evaluation.evaluation_id, 200))
-        )];
-        if evaluation.prompt_ns.is_some() || evaluation.prompt_key.is_some() {
-            head.push(format!(
-                "prompt {}/{}",
-                one_line(evaluation.prompt_ns.as_deref().unwrap_or("-"), 80),
-                one_line(evaluation.prompt_key.as_deref().unwrap_or("-"), 80)
-            ));
-        }
-        if let Some(first) = evaluation.first_at {
-            head.push(format!("started {}", datetime(first)));
-        }
-        if let Some(ms) = evaluation.duration_ms {
-            head.push(format_duration_ms(ms));
-        }
-        head.push(if evaluation.finished {
-            paint.paint(GREEN, "finished")
-        } else if evaluation.calls.unfinished > 0 {
-            paint.paint(BOLD_YELLOW, "unfinished")
-        } else {
-            paint.paint(YELLOW, "open")
-        });
-        writeln!(out, "{}", head.join(" · "))?;
-        for turn in &evaluation.turns {
-            writeln!(
-                out,
-                "  {}",
-                paint.paint(DIM, &format!("turn {}", turn.turn))
-            )?;
-            for message in &turn.messages {
-                write_message(out, message, options, &paint, text_width)?;
-            }
+/// One evaluation (number `position.0` of `position.1`): its head line,
+/// then its turns and their messages.
+fn write_evaluation(
+    out: &mut dyn Write,
+    evaluation: &EvaluationView,
+    position: (usize, usize),
+    options: &TextOptions,
+    paint: &Paint,
+    text_width: usize,
+) -> io::Result<()> {
+    writeln!(out)?;
+    let mut head = vec![format!(
+        "{} {}",
+        paint.paint(BOLD, &format!("evaluation {}/{}", position.0, position.1)),
+        paint.paint(BOLD, &one_line(&evaluation.evaluation_id, 200))
+    )];
+    if evaluation.prompt_ns.is_some() || evaluation.prompt_key.is_some() {
+        head.push(format!(
+            "prompt {}/{}",
+            one_line(evaluation.prompt_ns.as_deref().unwrap_or("-"), 80),
+            one_line(evaluation.prompt_key.as_deref().unwrap_or("-"), 80)
+        ));
+    }
+    if let Some(first) = evaluation.first_at {
+        head.push(format!("started {}", datetime(first)));
+    }
+    if let Some(ms) = evaluation.duration_ms {
+        head.push(format_duration_ms(ms));
+    }
+    head.push(if evaluation.finished {
+        paint.paint(GREEN, "finished")
+    } else if evaluation.calls.unfinished > 0 {
+        paint.paint(BOLD_YELLOW, "unfinished")
+    } else {
+        paint.paint(YELLOW, "open")
+    });
+    writeln!(out, "{}", head.join(" · "))?;
+    for turn in &evaluation.turns {
+        writeln!(
+            out,
+            "  {}",
+            paint.paint(DIM, &format!("turn {}", turn.turn))
+        )?;
+        for message in &turn.messages {
+            write_message(out, message, options, paint, text_width)?;
         }
     }
+    Ok(())
+}
 
+/// What the fold kept apart from the evaluations: anomalies, statuses for
+/// unknown calls, history curations.
+fn write_kept_apart(
+    out: &mut dyn Write,
+    timeline: &Timeline,
+    options: &TextOptions,
+    paint: &Paint,
+    text_width: usize,
+) -> io::Result<()> {
     if !timeline.anomalies.is_empty() {
         writeln!(out)?;
         writeln!(

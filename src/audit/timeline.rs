@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Serialize;
 
 use super::format::{serialize_time, serialize_time_always};
-use crate::conversation::{CallResults, ConversationSlice};
-use crate::error::{Error, Result};
+use crate::conversation::{CallResults, ConversationSlice, RecordedEntry};
+use crate::error::Result;
 use crate::log::Lsn;
-use crate::model::{Event, Role, Timestamp, ToolStatus};
+use crate::model::{Event, Role, Timestamp, ToolCall, ToolStatus};
 use crate::store::Store;
 
 /// Characters kept of each text field by default ([`TimelineOptions::default`]).
@@ -435,23 +435,12 @@ impl Timeline {
     ) -> Result<Timeline> {
         let slice = store.conversation(conversation_id)?;
         let log = store.log();
-        let mut resumed = ResumedCalls::new(log.first_lsn());
         let end = log.visible_next_lsn();
-        for record in log.reader().iter_from(log.first_lsn()) {
-            let record = record?;
-            if record.lsn >= end {
-                break;
-            }
-            let event = crate::codec::decode_event(&record.payload).map_err(|reason| {
-                Error::UndecodableEvent {
-                    lsn: record.lsn,
-                    reason,
-                }
-            })?;
-            if event.conversation_id() == Some(conversation_id) {
-                resumed.observe(&event);
-            }
-        }
+        let mut scan = super::source::resumed_calls(&log, Some(conversation_id), end)?;
+        let resumed = scan
+            .calls
+            .remove(conversation_id)
+            .unwrap_or_else(|| ResumedCalls::new(scan.visible_from));
         Ok(Timeline::with_resumed(&slice, &resumed, options))
     }
 
@@ -494,38 +483,21 @@ fn span(first: Option<Timestamp>, last: Option<Timestamp>) -> Option<i64> {
     Some(first?.millis_until(last?))
 }
 
+/// The timeline of `slice`: its entries grouped into evaluations and turns,
+/// each call with its status, result, duration and resumed flag, then the
+/// evaluations' totals and the slice's anomalies, unknown statuses and
+/// curations.
 fn build(
     slice: &ConversationSlice,
     resumed: Option<&ResumedCalls>,
     options: &TimelineOptions,
 ) -> Timeline {
-    // Which result answers each call: the definition resume and the
-    // provider planner share.
     let recorded_entries = slice.recorded();
-    let results = CallResults::new(recorded_entries.iter().map(|recorded| &recorded.entry));
-    let mut anomalies_by_call: HashMap<&str, Vec<String>> = HashMap::new();
-    for anomaly in slice.anomalies() {
-        anomalies_by_call
-            .entry(anomaly.call_id.as_str())
-            .or_default()
-            .push(format!("LSN {}: {}", anomaly.lsn, anomaly.detail));
-    }
-
+    let calls = CallBuilder::new(slice, &recorded_entries, resumed, options);
     let mut evaluations: Vec<EvaluationView> = slice
         .evaluations()
         .iter()
-        .map(|evaluation_id| EvaluationView {
-            evaluation_id: evaluation_id.clone(),
-            prompt_ns: None,
-            prompt_key: None,
-            first_at: None,
-            last_at: None,
-            duration_ms: None,
-            finished: false,
-            entries: 0,
-            calls: CallCounts::default(),
-            turns: Vec::new(),
-        })
+        .map(|evaluation_id| EvaluationView::empty(evaluation_id))
         .collect();
     let rank: HashMap<&str, usize> = slice
         .evaluations()
@@ -533,141 +505,19 @@ fn build(
         .enumerate()
         .map(|(index, id)| (id.as_str(), index))
         .collect();
-
     for recorded in &recorded_entries {
         let entry = &recorded.entry;
         let Some(&index) = rank.get(entry.evaluation_id.as_str()) else {
             continue;
         };
-        let evaluation = &mut evaluations[index];
-        let calls: Vec<CallView> = entry
+        let views = entry
             .tool_calls
             .iter()
-            .map(|call| {
-                let result = results.answer_at(&entry.evaluation_id, &call.call_id).map(
-                    |(position, result)| ResultRef {
-                        sequence: result.sequence,
-                        lsn: recorded_entries[position].lsn,
-                        created_at: result.created_at,
-                        is_error: result.is_error,
-                    },
-                );
-                let (duration_ms, duration_from) = match (call.started_at, call.ended_at, &result) {
-                    (Some(start), Some(end), _) => (
-                        Some(start.millis_until(end)),
-                        Some(DurationSource::StatusTimes),
-                    ),
-                    (_, _, Some(result)) => (
-                        Some(entry.created_at.millis_until(result.created_at)),
-                        Some(DurationSource::EntryTimes),
-                    ),
-                    (None, Some(end), None) => (
-                        Some(entry.created_at.millis_until(end)),
-                        Some(DurationSource::RequestToEnd),
-                    ),
-                    _ => (None, None),
-                };
-                let unfinished = results.is_unfinished(&entry.evaluation_id, call);
-                let resumed = resumed.map(|resumed| {
-                    if resumed.contains(&entry.evaluation_id, &call.call_id) {
-                        Some(true)
-                    } else if recorded.lsn >= resumed.visible_from() {
-                        Some(false)
-                    } else {
-                        None
-                    }
-                });
-                CallView {
-                    call_id: call.call_id.clone(),
-                    name: call.name.clone(),
-                    arguments: TrimmedText::new(&call.arguments, options.text_chars),
-                    status: call.status,
-                    unfinished,
-                    started_at: call.started_at,
-                    ended_at: call.ended_at,
-                    duration_ms,
-                    duration_from,
-                    error: text(call.error.as_deref(), options),
-                    resumed: resumed.flatten(),
-                    result,
-                    anomalies: anomalies_by_call
-                        .get(call.call_id.as_str())
-                        .cloned()
-                        .unwrap_or_default(),
-                }
-            })
+            .map(|call| calls.view(recorded, call))
             .collect();
-
-        let mut last = Some(entry.created_at);
-        for call in &calls {
-            evaluation.calls.add(call);
-            last = later(last, later(call.ended_at, call.started_at));
-        }
-        evaluation.first_at = earlier(evaluation.first_at, Some(entry.created_at));
-        evaluation.last_at = later(evaluation.last_at, last);
-        evaluation.entries += 1;
-        if entry.role == Role::System && evaluation.prompt_ns.is_none() {
-            evaluation.prompt_ns = entry.prompt_ns.clone();
-            evaluation.prompt_key = entry.prompt_key.clone();
-        }
-
-        let message = MessageView {
-            lsn: recorded.lsn,
-            message_id: entry.message_id.to_string(),
-            sequence: entry.sequence,
-            turn: entry.turn,
-            role: entry.role,
-            created_at: entry.created_at,
-            content: text(entry.content.as_deref(), options),
-            reasoning: entry.reasoning.as_ref().map(|reasoning| ReasoningView {
-                text: text(reasoning.text.as_deref(), options),
-                redacted: reasoning.redacted,
-                signed: reasoning.signature.is_some(),
-            }),
-            tool_calls: calls,
-            answers_call: entry.tool_call_id.clone(),
-            tool_name: entry.tool_name.clone(),
-            is_error: entry.is_error,
-            finish_reason: entry.finish_reason.clone(),
-            prompt_ns: entry.prompt_ns.clone(),
-            prompt_key: entry.prompt_key.clone(),
-            metadata: entry
-                .metadata
-                .iter()
-                .map(|(key, value)| {
-                    (
-                        key.clone(),
-                        TrimmedText::new(value, options.text_chars).text,
-                    )
-                })
-                .collect(),
-        };
-        match evaluation.turns.last_mut() {
-            Some(turn) if turn.turn == entry.turn => turn.messages.push(message),
-            _ => evaluation.turns.push(TurnView {
-                turn: entry.turn,
-                messages: vec![message],
-            }),
-        }
+        evaluations[index].add(recorded, views, options);
     }
-
-    let mut calls = CallCounts::default();
-    let (mut first_at, mut last_at) = (None, None);
-    for evaluation in &mut evaluations {
-        evaluation.duration_ms = span(evaluation.first_at, evaluation.last_at);
-        let last_message = evaluation
-            .turns
-            .last()
-            .and_then(|turn| turn.messages.last());
-        evaluation.finished = evaluation.calls.unfinished == 0
-            && last_message.is_some_and(|message| {
-                message.role == Role::Assistant && message.tool_calls.is_empty()
-            });
-        calls.merge(evaluation.calls);
-        first_at = earlier(first_at, evaluation.first_at);
-        last_at = later(last_at, evaluation.last_at);
-    }
-
+    let (calls, first_at, last_at) = finish_evaluations(&mut evaluations);
     Timeline {
         conversation_id: slice.conversation_id().to_string(),
         last_lsn: slice.last_lsn(),
@@ -712,6 +562,206 @@ fn build(
             })
             .collect(),
     }
+}
+
+/// What the view of each call needs from the whole conversation.
+struct CallBuilder<'a> {
+    /// The entries in conversation order, with their LSNs.
+    recorded: &'a [&'a RecordedEntry],
+    /// Which result answers each call: the definition resume and the
+    /// provider planner share.
+    results: CallResults<'a>,
+    /// The fold's anomalies, as text, by call id.
+    anomalies_by_call: HashMap<&'a str, Vec<String>>,
+    resumed: Option<&'a ResumedCalls>,
+    options: &'a TimelineOptions,
+}
+
+impl<'a> CallBuilder<'a> {
+    fn new(
+        slice: &'a ConversationSlice,
+        recorded: &'a [&'a RecordedEntry],
+        resumed: Option<&'a ResumedCalls>,
+        options: &'a TimelineOptions,
+    ) -> CallBuilder<'a> {
+        let mut anomalies_by_call: HashMap<&str, Vec<String>> = HashMap::new();
+        for anomaly in slice.anomalies() {
+            anomalies_by_call
+                .entry(anomaly.call_id.as_str())
+                .or_default()
+                .push(format!("LSN {}: {}", anomaly.lsn, anomaly.detail));
+        }
+        CallBuilder {
+            recorded,
+            results: CallResults::new(recorded.iter().map(|recorded| &recorded.entry)),
+            anomalies_by_call,
+            resumed,
+            options,
+        }
+    }
+
+    /// The view of `call`, requested by the assistant entry `recorded`.
+    fn view(&self, recorded: &RecordedEntry, call: &ToolCall) -> CallView {
+        let entry = &recorded.entry;
+        let result = self
+            .results
+            .answer_at(&entry.evaluation_id, &call.call_id)
+            .map(|(position, result)| ResultRef {
+                sequence: result.sequence,
+                lsn: self.recorded[position].lsn,
+                created_at: result.created_at,
+                is_error: result.is_error,
+            });
+        let (duration_ms, duration_from) = match (call.started_at, call.ended_at, &result) {
+            (Some(start), Some(end), _) => (
+                Some(start.millis_until(end)),
+                Some(DurationSource::StatusTimes),
+            ),
+            (_, _, Some(result)) => (
+                Some(entry.created_at.millis_until(result.created_at)),
+                Some(DurationSource::EntryTimes),
+            ),
+            (None, Some(end), None) => (
+                Some(entry.created_at.millis_until(end)),
+                Some(DurationSource::RequestToEnd),
+            ),
+            _ => (None, None),
+        };
+        let resumed = self.resumed.and_then(|resumed| {
+            if resumed.contains(&entry.evaluation_id, &call.call_id) {
+                Some(true)
+            } else if recorded.lsn >= resumed.visible_from() {
+                Some(false)
+            } else {
+                None
+            }
+        });
+        CallView {
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            arguments: TrimmedText::new(&call.arguments, self.options.text_chars),
+            status: call.status,
+            unfinished: self.results.is_unfinished(&entry.evaluation_id, call),
+            started_at: call.started_at,
+            ended_at: call.ended_at,
+            duration_ms,
+            duration_from,
+            error: text(call.error.as_deref(), self.options),
+            resumed,
+            result,
+            anomalies: self
+                .anomalies_by_call
+                .get(call.call_id.as_str())
+                .cloned()
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl EvaluationView {
+    /// An evaluation with nothing in it yet.
+    fn empty(evaluation_id: &str) -> EvaluationView {
+        EvaluationView {
+            evaluation_id: evaluation_id.to_string(),
+            prompt_ns: None,
+            prompt_key: None,
+            first_at: None,
+            last_at: None,
+            duration_ms: None,
+            finished: false,
+            entries: 0,
+            calls: CallCounts::default(),
+            turns: Vec::new(),
+        }
+    }
+
+    /// Adds the message of `recorded` (one of this evaluation's entries, in
+    /// conversation order) with the views of its calls, to its turn.
+    fn add(&mut self, recorded: &RecordedEntry, calls: Vec<CallView>, options: &TimelineOptions) {
+        let entry = &recorded.entry;
+        let mut last = Some(entry.created_at);
+        for call in &calls {
+            self.calls.add(call);
+            last = later(last, later(call.ended_at, call.started_at));
+        }
+        self.first_at = earlier(self.first_at, Some(entry.created_at));
+        self.last_at = later(self.last_at, last);
+        self.entries += 1;
+        if entry.role == Role::System && self.prompt_ns.is_none() {
+            self.prompt_ns = entry.prompt_ns.clone();
+            self.prompt_key = entry.prompt_key.clone();
+        }
+        let message = MessageView::new(recorded, calls, options);
+        match self.turns.last_mut() {
+            Some(turn) if turn.turn == entry.turn => turn.messages.push(message),
+            _ => self.turns.push(TurnView {
+                turn: entry.turn,
+                messages: vec![message],
+            }),
+        }
+    }
+}
+
+impl MessageView {
+    /// The view of the entry of `recorded`, with the views of its calls.
+    fn new(recorded: &RecordedEntry, calls: Vec<CallView>, options: &TimelineOptions) -> Self {
+        let entry = &recorded.entry;
+        MessageView {
+            lsn: recorded.lsn,
+            message_id: entry.message_id.to_string(),
+            sequence: entry.sequence,
+            turn: entry.turn,
+            role: entry.role,
+            created_at: entry.created_at,
+            content: text(entry.content.as_deref(), options),
+            reasoning: entry.reasoning.as_ref().map(|reasoning| ReasoningView {
+                text: text(reasoning.text.as_deref(), options),
+                redacted: reasoning.redacted,
+                signed: reasoning.signature.is_some(),
+            }),
+            tool_calls: calls,
+            answers_call: entry.tool_call_id.clone(),
+            tool_name: entry.tool_name.clone(),
+            is_error: entry.is_error,
+            finish_reason: entry.finish_reason.clone(),
+            prompt_ns: entry.prompt_ns.clone(),
+            prompt_key: entry.prompt_key.clone(),
+            metadata: entry
+                .metadata
+                .iter()
+                .map(|(key, value)| {
+                    (
+                        key.clone(),
+                        TrimmedText::new(value, options.text_chars).text,
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Sets each evaluation's duration and finished flag; returns the call
+/// counts over all of them and the first and last times.
+fn finish_evaluations(
+    evaluations: &mut [EvaluationView],
+) -> (CallCounts, Option<Timestamp>, Option<Timestamp>) {
+    let mut calls = CallCounts::default();
+    let (mut first_at, mut last_at) = (None, None);
+    for evaluation in evaluations {
+        evaluation.duration_ms = span(evaluation.first_at, evaluation.last_at);
+        let last_message = evaluation
+            .turns
+            .last()
+            .and_then(|turn| turn.messages.last());
+        evaluation.finished = evaluation.calls.unfinished == 0
+            && last_message.is_some_and(|message| {
+                message.role == Role::Assistant && message.tool_calls.is_empty()
+            });
+        calls.merge(evaluation.calls);
+        first_at = earlier(first_at, evaluation.first_at);
+        last_at = later(last_at, evaluation.last_at);
+    }
+    (calls, first_at, last_at)
 }
 
 /// One row of a [`StoreOverview`].
@@ -778,9 +828,9 @@ pub struct StoreOverview {
     pub first_lsn: Lsn,
     /// The LSN the next event will get.
     pub next_lsn: Lsn,
-    /// LSN of the snapshot the folded state started from, if any. (A
-    /// [`Store`] always starts from its newest snapshot; an
-    /// [`AuditView`](super::AuditView) only when the log was compacted.)
+    /// LSN of the snapshot the folded state started from, if any (a
+    /// [`Store`], and so an [`AuditView`](super::AuditView), starts from
+    /// its newest usable snapshot).
     pub snapshot_lsn: Option<Lsn>,
     /// The conversations, sorted by id.
     pub conversations: Vec<ConversationSummary>,

@@ -302,208 +302,333 @@ fn check_log_not_lost(storage: &dyn Storage, dir: &Path) -> Result<()> {
 
 /// Opens the segments of the store at `dir` for writing, repairing a torn
 /// tail. Creates the first segment of an empty store.
+///
+/// The steps: remove leftover temporary files; check every sealed segment
+/// (salvaging the first damage when asked); scan the last segment, cutting
+/// a torn tail; choose the segment new frames go to (a fresh one after a
+/// cut or a poisoned writer); make what was found durable.
 pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> Result<Recovered> {
     let listing = segment::list(storage, dir)?;
     let mut report = RecoveryReport::default();
-    for temporary in &listing.temporary {
-        storage
-            .remove_file(temporary)
-            .map_err(Error::io("remove leftover temporary file", temporary))?;
-        report.temporary_files_removed += 1;
+    remove_temporary_files(storage, &listing.temporary, &mut report)?;
+    if listing.segments.is_empty() {
+        return create_first_segment(storage, dir, options, report);
     }
-    let mut segments = listing.segments;
-    if segments.is_empty() {
-        check_log_not_lost(storage, dir)?;
-        let store_id = format::new_store_id();
-        let link = SegmentLink {
-            store_id,
-            prev_chain: format::GENESIS_CHAIN,
-        };
-        let (file, handle, header_crc) = segment::create(storage, dir, 1, link)?;
-        report.segments = 1;
-        report.next_lsn = 1;
-        report.store_id = store_id;
-        report.chain_before_full_check =
-            (options.full_check_from_lsn == 1).then_some(format::GENESIS_CHAIN);
-        return Ok(Recovered {
-            sealed: Vec::new(),
-            active: file,
-            active_file: Arc::from(handle),
-            active_bytes: SEGMENT_HEADER_BYTES as u64,
-            active_chain_crc: header_crc,
-            report,
-        });
-    }
-
-    let probe = options.full_check_from_lsn;
-    // The store's identity: every segment must carry the first one's.
-    let mut store_id: Option<StoreId> = None;
-    let originally_last = segments.last().map(|segment| segment.first_lsn);
-    // Sealed segments: header, identity and the link to the next segment
-    // always; frames when not covered by a snapshot.
-    for index in 0..segments.len() - 1 {
-        let next = read_header(storage, &segments[index + 1])?;
-        let checked = check_sealed(
-            storage,
-            &segments[index],
-            &segments[index + 1],
-            next.as_ref().ok(),
-            &mut store_id,
-            options,
-            &mut report.chain_before_full_check,
-        )?;
-        if let Err((offset, reason)) = checked {
-            if !options.salvage {
-                return Err(Error::Corrupted {
-                    segment: segments[index].path.clone(),
-                    offset,
-                    reason,
-                });
-            }
-            let link = salvage_link(storage, &segments[index], store_id)?;
-            let salvage = salvage_from(storage, dir, &mut segments, index, offset, reason, link)?;
-            report.salvaged = Some(salvage);
-            break;
-        }
-    }
-
-    // The last segment: cut a torn tail, or fail on (or salvage) damage.
-    // A segment that salvage exposed as the last one was sealed before:
-    // readers may map it, so it is never truncated in place, and any bad
-    // byte in it is damage, not a torn tail.
-    let (active_bytes, next_lsn, active_chain_crc, link_out) = loop {
-        let last = segments.last().cloned().expect("segments is not empty");
-        let bytes = read_whole(storage, &last.path)?;
-        check_version(&last.path, &bytes)?;
-        let was_sealed = report.salvaged.is_some() && originally_last != Some(last.first_lsn);
-        let scan = match scan_segment_probe(&bytes, !was_sealed, probe) {
-            Ok(scan) if scan.first_lsn != last.first_lsn => Err((
-                0,
-                format!(
-                    "header names first LSN {} but the file name says {}",
-                    scan.first_lsn, last.first_lsn
-                ),
-            )),
-            Ok(scan) if store_id.is_some_and(|known| known != scan.store_id) => Err((
-                0,
-                foreign_identity(&scan.store_id, &store_id.unwrap_or_default()),
-            )),
-            other => other,
-        };
-        let damage = match scan {
-            Ok(scan) => {
-                store_id.get_or_insert(scan.store_id);
-                if scan.probe_chain.is_some() {
-                    report.chain_before_full_check = scan.probe_chain;
-                }
-                let found = (
-                    scan.valid_bytes,
-                    scan.next_lsn,
-                    scan.chain_crc,
-                    scan.link_out,
-                );
-                match scan.end {
-                    ScanEnd::Clean => break found,
-                    ScanEnd::Torn { offset, reason } => {
-                        cut_torn_tail(storage, &last.path, &bytes, offset, reason, &mut report)?;
-                        break found;
-                    }
-                    ScanEnd::Damaged { offset, reason } => (offset, reason),
-                }
-            }
-            Err(damage) => damage,
-        };
-        let (offset, reason) = damage;
-        if !options.salvage || report.salvaged.is_some() {
-            return Err(Error::Corrupted {
-                segment: last.path.clone(),
-                offset,
-                reason,
-            });
-        }
-        let index = segments.len() - 1;
-        let link = salvage_link(storage, &last, store_id)?;
-        report.salvaged = Some(salvage_from(
-            storage,
-            dir,
-            &mut segments,
-            index,
-            offset,
-            reason,
-            link,
-        )?);
-        if store_id.is_none() {
-            store_id = Some(link.store_id);
-        }
+    let mut recovery = Recovery {
+        storage,
+        dir,
+        options,
+        originally_last: listing.segments.last().map(|segment| segment.first_lsn),
+        segments: listing.segments,
+        store_id: None,
+        report,
     };
-    let store_id = store_id.expect("the last segment's header was read");
-    if report.salvaged.is_some() {
+    recovery.check_sealed_segments()?;
+    let last = recovery.recover_last_segment()?;
+    let store_id = recovery
+        .store_id
+        .expect("the last segment's header was read");
+    if recovery.report.salvaged.is_some() {
         // The probe may have come from bytes salvage moved aside.
-        report.chain_before_full_check = None;
+        recovery.report.chain_before_full_check = None;
     }
-
-    let (mut active_bytes, mut active_chain_crc) = (active_bytes, active_chain_crc);
-    let poisoned_marker = dir.join(POISONED_MARKER);
-    let previous_writer_poisoned = storage.exists(&poisoned_marker);
-    let (active, active_file): (SegmentFile, Arc<dyn StorageFile>) =
-        if report.torn_tail.is_some() || previous_writer_poisoned {
-            // New frames never go where cut or refused bytes were: a file system that
-            // exposes freed or unwritten blocks after a crash could otherwise
-            // show the cut frames again, chained and numbered as if new. Start
-            // a fresh segment (new salt) at the next LSN; when the cut left the
-            // segment empty, this replaces it under the same name.
-            let last = segments.pop().expect("segments is not empty");
-            // What the previous writer left unsynced (it may have died before
-            // truncating) is served from now on: make it durable before it
-            // is sealed behind the fresh segment.
-            storage
-                .open_write(&last.path)
-                .and_then(|file| file.sync_all())
-                .map_err(Error::io("fsync segment before sealing it", &last.path))?;
-            let link = SegmentLink {
-                store_id,
-                prev_chain: link_out,
-            };
-            let (created, handle, header_crc) = segment::create(storage, dir, next_lsn, link)?;
-            if created.first_lsn != last.first_lsn {
-                segments.push(last);
-            }
-            active_bytes = SEGMENT_HEADER_BYTES as u64;
-            active_chain_crc = header_crc;
-            if previous_writer_poisoned {
-                storage
-                    .remove_file(&poisoned_marker)
-                    .map_err(Error::io("remove poisoned marker", &poisoned_marker))?;
-            }
-            (created, Arc::from(handle))
-        } else {
-            let active = segments.pop().expect("segments is not empty");
-            let handle = storage
-                .open_write(&active.path)
-                .map_err(Error::io("open segment for writing", &active.path))?;
-            (active, Arc::from(handle))
-        };
+    let active = recovery.open_active(store_id, &last)?;
     // The previous writer may have died before fsyncing what it wrote (under
     // None or Periodic) or before fsyncing the directory entry of its newest
     // segment. Make both durable now: the writer starts by counting every
     // recovered record as durable, and new frames carry that watermark.
-    active_file
+    active
+        .handle
         .sync_all()
-        .map_err(Error::io("fsync recovered segment", &active.path))?;
+        .map_err(Error::io("fsync recovered segment", &active.file.path))?;
     storage
         .sync_dir(dir)
         .map_err(Error::io("fsync store directory", dir))?;
+    let Recovery {
+        segments,
+        mut report,
+        ..
+    } = recovery;
     report.segments = segments.len() + 1;
-    report.next_lsn = next_lsn;
+    report.next_lsn = last.next_lsn;
     report.store_id = store_id;
     Ok(Recovered {
         sealed: segments,
-        active,
-        active_file,
-        active_bytes,
-        active_chain_crc,
+        active: active.file,
+        active_file: active.handle,
+        active_bytes: active.bytes,
+        active_chain_crc: active.chain_crc,
         report,
     })
+}
+
+/// Removes the `.seg.tmp` files an interrupted segment creation or salvage
+/// left behind.
+fn remove_temporary_files(
+    storage: &dyn Storage,
+    temporary: &[PathBuf],
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    for path in temporary {
+        storage
+            .remove_file(path)
+            .map_err(Error::io("remove leftover temporary file", path))?;
+        report.temporary_files_removed += 1;
+    }
+    Ok(())
+}
+
+/// An empty directory (or one that never held a log): the first segment of
+/// a new store, with a new identity.
+fn create_first_segment(
+    storage: &dyn Storage,
+    dir: &Path,
+    options: RecoveryOptions,
+    mut report: RecoveryReport,
+) -> Result<Recovered> {
+    check_log_not_lost(storage, dir)?;
+    let store_id = format::new_store_id();
+    let link = SegmentLink {
+        store_id,
+        prev_chain: format::GENESIS_CHAIN,
+    };
+    let (file, handle, header_crc) = segment::create(storage, dir, 1, link)?;
+    report.segments = 1;
+    report.next_lsn = 1;
+    report.store_id = store_id;
+    report.chain_before_full_check =
+        (options.full_check_from_lsn == 1).then_some(format::GENESIS_CHAIN);
+    Ok(Recovered {
+        sealed: Vec::new(),
+        active: file,
+        active_file: Arc::from(handle),
+        active_bytes: SEGMENT_HEADER_BYTES as u64,
+        active_chain_crc: header_crc,
+        report,
+    })
+}
+
+/// Recovery of a store that has segments, as it goes.
+struct Recovery<'a> {
+    storage: &'a dyn Storage,
+    dir: &'a Path,
+    options: RecoveryOptions,
+    /// The segments, in LSN order; salvage removes the damaged ones.
+    segments: Vec<SegmentFile>,
+    /// The first LSN of the last segment as listed, before any salvage.
+    originally_last: Option<Lsn>,
+    /// The store's identity: every segment must carry the first one's.
+    store_id: Option<StoreId>,
+    report: RecoveryReport,
+}
+
+/// What the scan of the last segment found: where its valid frames end.
+struct LastSegment {
+    valid_bytes: u64,
+    next_lsn: Lsn,
+    /// Chain value the next frame in it links to.
+    chain_crc: u32,
+    /// The chain value a following segment links to.
+    link_out: u32,
+}
+
+/// The segment new frames go to.
+struct Active {
+    file: SegmentFile,
+    handle: Arc<dyn StorageFile>,
+    bytes: u64,
+    chain_crc: u32,
+}
+
+impl Recovery<'_> {
+    /// Sealed segments: header, identity and the link to the next segment
+    /// always; frames when not covered by a snapshot. The first damage
+    /// fails, or with salvage, moves it and everything after it aside.
+    fn check_sealed_segments(&mut self) -> Result<()> {
+        let (storage, options) = (self.storage, self.options);
+        for index in 0..self.segments.len() - 1 {
+            let next = read_header(storage, &self.segments[index + 1])?;
+            let checked = check_sealed(
+                storage,
+                &self.segments[index],
+                &self.segments[index + 1],
+                next.as_ref().ok(),
+                &mut self.store_id,
+                options,
+                &mut self.report.chain_before_full_check,
+            )?;
+            if let Err((offset, reason)) = checked {
+                if !options.salvage {
+                    return Err(Error::Corrupted {
+                        segment: self.segments[index].path.clone(),
+                        offset,
+                        reason,
+                    });
+                }
+                let link = salvage_link(storage, &self.segments[index], self.store_id)?;
+                let salvage = salvage_from(
+                    storage,
+                    self.dir,
+                    &mut self.segments,
+                    index,
+                    offset,
+                    reason,
+                    link,
+                )?;
+                self.report.salvaged = Some(salvage);
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The last segment: cut a torn tail, or fail on (or salvage) damage.
+    /// A segment that salvage exposed as the last one was sealed before:
+    /// readers may map it, so it is never truncated in place, and any bad
+    /// byte in it is damage, not a torn tail.
+    fn recover_last_segment(&mut self) -> Result<LastSegment> {
+        loop {
+            let last = self
+                .segments
+                .last()
+                .cloned()
+                .expect("segments is not empty");
+            let (offset, reason) = match self.scan_last(&last)? {
+                Ok(found) => return Ok(found),
+                Err(damage) => damage,
+            };
+            if !self.options.salvage || self.report.salvaged.is_some() {
+                return Err(Error::Corrupted {
+                    segment: last.path.clone(),
+                    offset,
+                    reason,
+                });
+            }
+            let index = self.segments.len() - 1;
+            let link = salvage_link(self.storage, &last, self.store_id)?;
+            self.report.salvaged = Some(salvage_from(
+                self.storage,
+                self.dir,
+                &mut self.segments,
+                index,
+                offset,
+                reason,
+                link,
+            )?);
+            if self.store_id.is_none() {
+                self.store_id = Some(link.store_id);
+            }
+        }
+    }
+
+    /// Scans segment `last` as the last one: where its frames end (after
+    /// cutting a torn tail), or the damage in it (offset, reason).
+    fn scan_last(
+        &mut self,
+        last: &SegmentFile,
+    ) -> Result<std::result::Result<LastSegment, (u64, String)>> {
+        let bytes = read_whole(self.storage, &last.path)?;
+        check_version(&last.path, &bytes)?;
+        let was_sealed =
+            self.report.salvaged.is_some() && self.originally_last != Some(last.first_lsn);
+        let scan = match scan_segment_probe(&bytes, !was_sealed, self.options.full_check_from_lsn) {
+            Ok(scan) if scan.first_lsn != last.first_lsn => {
+                return Ok(Err((
+                    0,
+                    format!(
+                        "header names first LSN {} but the file name says {}",
+                        scan.first_lsn, last.first_lsn
+                    ),
+                )))
+            }
+            Ok(scan) if self.store_id.is_some_and(|known| known != scan.store_id) => {
+                return Ok(Err((
+                    0,
+                    foreign_identity(&scan.store_id, &self.store_id.unwrap_or_default()),
+                )))
+            }
+            Ok(scan) => scan,
+            Err(damage) => return Ok(Err(damage)),
+        };
+        self.store_id.get_or_insert(scan.store_id);
+        if scan.probe_chain.is_some() {
+            self.report.chain_before_full_check = scan.probe_chain;
+        }
+        let found = LastSegment {
+            valid_bytes: scan.valid_bytes,
+            next_lsn: scan.next_lsn,
+            chain_crc: scan.chain_crc,
+            link_out: scan.link_out,
+        };
+        match scan.end {
+            ScanEnd::Clean => Ok(Ok(found)),
+            ScanEnd::Torn { offset, reason } => {
+                cut_torn_tail(
+                    self.storage,
+                    &last.path,
+                    &bytes,
+                    offset,
+                    reason,
+                    &mut self.report,
+                )?;
+                Ok(Ok(found))
+            }
+            ScanEnd::Damaged { offset, reason } => Ok(Err((offset, reason))),
+        }
+    }
+
+    /// The segment new frames go to: the last one, or a fresh one after a
+    /// torn tail was cut or the previous writer was poisoned. Takes it off
+    /// `segments`, which keeps the sealed ones.
+    fn open_active(&mut self, store_id: StoreId, last: &LastSegment) -> Result<Active> {
+        let (storage, dir) = (self.storage, self.dir);
+        let poisoned_marker = dir.join(POISONED_MARKER);
+        let previous_writer_poisoned = storage.exists(&poisoned_marker);
+        if self.report.torn_tail.is_none() && !previous_writer_poisoned {
+            let active = self.segments.pop().expect("segments is not empty");
+            let handle = storage
+                .open_write(&active.path)
+                .map_err(Error::io("open segment for writing", &active.path))?;
+            return Ok(Active {
+                file: active,
+                handle: Arc::from(handle),
+                bytes: last.valid_bytes,
+                chain_crc: last.chain_crc,
+            });
+        }
+        // New frames never go where cut or refused bytes were: a file system that
+        // exposes freed or unwritten blocks after a crash could otherwise
+        // show the cut frames again, chained and numbered as if new. Start
+        // a fresh segment (new salt) at the next LSN; when the cut left the
+        // segment empty, this replaces it under the same name.
+        let old = self.segments.pop().expect("segments is not empty");
+        // What the previous writer left unsynced (it may have died before
+        // truncating) is served from now on: make it durable before it
+        // is sealed behind the fresh segment.
+        storage
+            .open_write(&old.path)
+            .and_then(|file| file.sync_all())
+            .map_err(Error::io("fsync segment before sealing it", &old.path))?;
+        let link = SegmentLink {
+            store_id,
+            prev_chain: last.link_out,
+        };
+        let (created, handle, header_crc) = segment::create(storage, dir, last.next_lsn, link)?;
+        if created.first_lsn != old.first_lsn {
+            self.segments.push(old);
+        }
+        if previous_writer_poisoned {
+            storage
+                .remove_file(&poisoned_marker)
+                .map_err(Error::io("remove poisoned marker", &poisoned_marker))?;
+        }
+        Ok(Active {
+            file: created,
+            handle: Arc::from(handle),
+            bytes: SEGMENT_HEADER_BYTES as u64,
+            chain_crc: header_crc,
+        })
+    }
 }
 
 /// The identity and link a segment salvage may have to create in place of

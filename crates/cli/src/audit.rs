@@ -11,26 +11,7 @@ use convlog::audit::{
 };
 use convlog::model::Timestamp;
 
-use crate::commands::{stdout_closed, Failure};
-
-pub const INSPECT_HELP: &str = r#"Without --conversation: every conversation with its entry count, evaluations and
-unfinished calls. With it: a timeline of evaluations, turns, messages (trimmed),
-tool calls with status, duration and errors. Coloured on a terminal, plain when
-piped; --json for scripts. Takes no lock: works while a writer runs.
-
-Examples:
-  convlog inspect ./my-store
-  convlog inspect ./my-store --conversation ctx_123
-  convlog inspect ./my-store --conversation ctx_123 --json | jq '.evaluations[].calls'"#;
-
-pub const TAIL_HELP: &str = r#"Prints events as they are appended, by a writer in this or another process:
-the last N events (-n, default 10), then, with --follow, every new one as it
-arrives, until interrupted. One-line summaries, or the JSON lines of `dump`
-with --json. Takes no lock.
-
-Examples:
-  convlog tail ./my-store --follow
-  convlog tail ./my-store -n 0 --follow --json --conversation ctx_123"#;
+use crate::shell::{stdout_closed, Failure};
 
 /// When to colour text output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -60,7 +41,7 @@ pub fn inspect(
     json: bool,
     color: ColorArg,
 ) -> Result<(), Failure> {
-    crate::commands::existing_store(dir)?;
+    crate::shell::existing_store(dir)?;
     let view = AuditView::open(dir, conversation)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let written = match conversation {
@@ -92,7 +73,7 @@ pub fn tail(
     json: bool,
     conversation: Option<String>,
 ) -> Result<(), Failure> {
-    crate::commands::existing_store(dir)?;
+    crate::shell::existing_store(dir)?;
     let options = TailOptions::new()
         .start(TailStart::Last(usize::try_from(last).unwrap_or(usize::MAX)))
         .follow(follow)
@@ -111,8 +92,8 @@ pub fn tail(
 
 /// `convlog export STORE --conversation ID --format html`: one self-contained page.
 pub fn export_html(dir: &Path, conversation: &str) -> Result<(), Failure> {
-    crate::commands::existing_store(dir)?;
-    let bar = crate::commands::spinner("reading the conversation");
+    crate::shell::existing_store(dir)?;
+    let bar = crate::shell::spinner("reading the conversation");
     let view = AuditView::open(dir, Some(conversation));
     let timeline = view.and_then(|view| view.timeline(conversation, &TimelineOptions::for_html()));
     bar.finish_and_clear();

@@ -12,63 +12,7 @@ use convlog::StoreOptions;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::commands::{existing_store, open_store, print_json, Failure};
-
-pub const CREATE_CONTEXT_HELP: &str = r#"Creates a context: a conversation with an owner (--as USER) and a public/private flag.
-A private context is usable only by its owner; a public one by anyone, --as or not.
-Without --as the context has no owner and must be --public. The id may be a
-conversation already recorded with `convlog append`: its entries become the context's.
-Creates the store if it does not exist. Needs the writer's lock.
-
-Output: the context as pretty JSON:
-  {"context_id": "ctx_123", "owner": "alice", "public": false, "created_lsn": 1}
-
-Fails (exit 1) with "Context with id: ID already exists" when it does.
-
-Example:
-  convlog create-context ./my-store --conversation ctx_123 --as alice"#;
-
-pub const ADD_MESSAGES_HELP: &str = r#"Input (stdin): a message list, a JSON array (or a request body,
-{"context_id": ..., "messages": [...]}):
-  [{"sender": "human", "message": "Search for user data"},
-   {"type": "tool_call", "tool_call_id": "call_1", "tool_name": "database_search", "tool_input": {"table": "users"}},
-   {"type": "tool_response", "tool_call_id": "call_1", "tool_output": "Found 100 active users"},
-   {"sender": "ai", "message": "There are 100 active users."}]
-sender is human, ai or system. The messages continue the conversation's latest
-evaluation, appended as one atomic batch.
-
-Validation (message control's rules and wording; on any error nothing is appended, exit 1):
-  Tool responses found without corresponding tool calls: ['call_123']
-  Tool response with ID 'call_1' appears before its corresponding tool call
-  Tool calls found without corresponding responses: ['call_2']
-A response may answer a call already stored and still open.
-
-The context must exist: create it with `convlog create-context` (add-messages never
-creates one). Otherwise: "Context with id: ID does not exist"; a private context of
-another user (or used without --as): "Context does not belong to user".
-
-Output: the context after the change, as pretty JSON: its id, owner, public flag, the
-LSNs appended, and every stored message in the message-list shapes:
-  {"context_id": "ctx_123", "owner": "alice", "public": false, "lsns": [5, 6, 7, 8],
-   "messages": [{"sender": "human", "message": "..."}, ...]}
-
-Example:
-  echo '[{"sender":"human","message":"Hello!"},{"sender":"ai","message":"Hi!"}]' \
-    | convlog add-messages ./my-store --conversation ctx_123 --as alice"#;
-
-pub const SET_MESSAGES_HELP: &str = r#"Input (stdin): a message list, as for `convlog add-messages`.
-
-Replaces every message of the context with the list, atomically: one messages_replaced
-event. The old messages stay in the log for audit (`convlog dump` shows them); the
-conversation, its exports and resume see only the new ones, as one new evaluation.
-Validated like add-messages, against an empty conversation; on any error nothing is
-appended (exit 1). The context must exist (`convlog create-context`).
-
-Output: as add-messages (one LSN: the messages_replaced event).
-
-Example:
-  echo '[{"sender":"system","message":"This is a fresh conversation"},{"sender":"human","message":"Hello, starting over"}]' \
-    | convlog set-messages ./my-store --conversation ctx_123 --as alice"#;
+use crate::shell::{existing_store, open_store, print_json, Failure};
 
 /// The acting principal of `--as USER`; anonymous without it.
 fn principal(as_user: Option<String>) -> Principal {
@@ -145,7 +89,7 @@ fn read_messages(conversation: &str) -> Result<Vec<ControlMessage>, Failure> {
     if input.is_terminal() {
         eprintln!("convlog: reading the JSON message list from standard input (end with Ctrl-D)");
     }
-    let limit = crate::commands::INPUT_LINE_BYTES_MAX;
+    let limit = crate::input::INPUT_LINE_BYTES_MAX;
     let mut bytes = Vec::new();
     (&mut input)
         .take(limit as u64 + 1)
@@ -156,7 +100,7 @@ fn read_messages(conversation: &str) -> Result<Vec<ControlMessage>, Failure> {
             "standard input: longer than {limit} bytes (INPUT_LINE_BYTES_MAX, the most one atomic batch can hold); nothing was read past it"
         )));
     }
-    let text = std::str::from_utf8(crate::commands::without_bom(&bytes)).map_err(|error| {
+    let text = std::str::from_utf8(crate::input::without_bom(&bytes)).map_err(|error| {
         Failure(format!(
             "standard input: not UTF-8 text (invalid byte at offset {})",
             error.valid_up_to()

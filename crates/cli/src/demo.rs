@@ -12,11 +12,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use convlog::model::{ConversationEntry, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged};
 use convlog::provider::{self, Provider, RenderOptions};
-use convlog::resume::{PromptIdentity, ResumeOptions};
+use convlog::resume::{PromptIdentity, ResumeOptions, ResumeState};
 use convlog::store::{Store, StoreOptions};
 use convlog::{Error, Event, Result};
 
-use crate::commands::Failure;
+use crate::shell::Failure;
 
 const CONVERSATION: &str = "trip-planner";
 const CITIES: [&str; 3] = ["paris", "rome", "oslo"];
@@ -245,16 +245,28 @@ pub fn run(dir: Option<PathBuf>) -> std::result::Result<(), Failure> {
         "convlog demo: an agent host dies in the middle of a tool batch; a new one carries on.\n"
     );
     println!("Store: {}\n", dir.display());
+    kill_worker_mid_batch(&dir)?;
+    let store = Store::open(&dir, StoreOptions::default())?;
+    let state = report_resume(&store)?;
+    let evaluation = finish_evaluation(&store, &state)?;
+    print_requests(&store, &evaluation)?;
+    drop(store);
+    print_verified(&dir)?;
+    Ok(())
+}
 
-    let executable = std::env::current_exe().map_err(io_error("find own executable", &dir))?;
+/// Steps 1 and 2: runs [`worker`] in a child process and kills it with
+/// SIGKILL while the slow call of its parallel batch runs.
+fn kill_worker_mid_batch(dir: &Path) -> Result<()> {
+    let executable = std::env::current_exe().map_err(io_error("find own executable", dir))?;
     let mut child = Command::new(executable)
         .arg("demo-worker")
-        .arg(&dir)
+        .arg(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(io_error("start demo worker for", &dir))?;
+        .map_err(io_error("start demo worker for", dir))?;
     println!(
         "1. A host process (pid {}) runs a scripted agent. Every message and every",
         child.id()
@@ -262,7 +274,7 @@ pub fn run(dir: Option<PathBuf>) -> std::result::Result<(), Failure> {
     println!("   tool status is recorded the moment it happens (group commit, durable).");
     let lines = BufReader::new(child.stdout.take().expect("stdout is piped"));
     for line in lines.lines() {
-        let line = line.map_err(io_error("read demo worker output from", &dir))?;
+        let line = line.map_err(io_error("read demo worker output from", dir))?;
         match line.as_str() {
             "evaluation eval-1 finished" => {
                 println!("   - evaluation eval-1: one weather call for Rome, answered.")
@@ -282,13 +294,16 @@ pub fn run(dir: Option<PathBuf>) -> std::result::Result<(), Failure> {
     std::thread::sleep(Duration::from_millis(50));
     child
         .kill()
-        .map_err(io_error("kill demo worker for", &dir))?;
+        .map_err(io_error("kill demo worker for", dir))?;
     child
         .wait()
-        .map_err(io_error("wait for demo worker of", &dir))?;
+        .map_err(io_error("wait for demo worker of", dir))?;
     println!("\n2. Killed the host with SIGKILL while call_{SLOW_CITY} was running.\n");
+    Ok(())
+}
 
-    let store = Store::open(&dir, StoreOptions::default())?;
+/// Step 3: what the new host finds it has to do.
+fn report_resume(store: &Store) -> Result<ResumeState> {
     let state = store.resume(CONVERSATION, &ResumeOptions::new().prompt(Some(prompt())))?;
     println!(
         "3. A new host opens the store and resumes {} (prompt {} checked):",
@@ -318,7 +333,12 @@ pub fn run(dir: Option<PathBuf>) -> std::result::Result<(), Failure> {
         "   next sequence {}, next turn {}\n",
         state.next_sequence, state.next_turn
     );
+    Ok(state)
+}
 
+/// Steps 4 and 5: re-runs the unfinished calls, records the model's answer;
+/// returns the finished evaluation's id.
+fn finish_evaluation(store: &Store, state: &ResumeState) -> std::result::Result<String, Failure> {
     let mut sequence = state.next_sequence;
     let ask = state
         .entries
@@ -359,10 +379,14 @@ pub fn run(dir: Option<PathBuf>) -> std::result::Result<(), Failure> {
         done.entries.len(),
         done.finished_calls.len()
     );
+    Ok(done.evaluation_id)
+}
 
+/// Steps 6 and 7: the evaluation rebuilt as two providers' requests.
+fn print_requests(store: &Store, evaluation: &str) -> Result<()> {
     let conversation = store.conversation(CONVERSATION)?;
     let entries: Vec<ConversationEntry> = conversation
-        .evaluation(&done.evaluation_id)
+        .evaluation(evaluation)
         .into_iter()
         .cloned()
         .collect();
@@ -378,9 +402,12 @@ pub fn run(dir: Option<PathBuf>) -> std::result::Result<(), Failure> {
         }
         println!();
     }
-    drop(store);
+    Ok(())
+}
 
-    let verified = convlog::store::verify(&dir, &mut |_| {})?;
+/// Step 8: the whole store checked, and where it stays.
+fn print_verified(dir: &Path) -> Result<()> {
+    let verified = convlog::store::verify(dir, &mut |_| {})?;
     println!(
         "8. verify: {} segment(s), {} events in {} atomic batches, {} conversation(s), {} bytes;",
         verified.log.segments,

@@ -11,40 +11,7 @@ use convlog::history::{parse_curation, CurationContext, HistoryManager};
 use convlog::model::ConversationEntry;
 use convlog::provider::{self, PendingCalls, Provider, RenderOptions};
 
-use crate::commands::{existing_store, print_json, stdout_closed, Failure};
-
-pub const EXPORT_HELP: &str = r#"Output, for a provider format: the request body fields as one pretty JSON object
-(RenderedRequest::body()): merge in the model, tools and settings before sending.
-  openai            {"messages": [...]}
-  openai-responses  {"input": [...]}
-  anthropic         {"system": ..., "messages": [...]}        (system only when there is one)
-  gemini            {"system_instruction": ..., "contents": [...]}
-  ollama            {"messages": [...]}
-For jsonl: the conversation's neutral entries, one JSON object per line (the entry
-form of docs/events.md; `convlog::model::ConversationEntry`).
-
-Every evaluation of the conversation is exported, in conversation order.
-
-Tool calls that never finished (no result, pending or running at a crash) are never
-sent dangling: --pending drop (the default) leaves them out of their assistant message;
---pending error keeps them and answers each with an error result. A note on stderr
-names the calls either way. --pending applies to the provider formats only.
-
---curate SPEC applies history managers, in the order written, before rendering:
-  window=N    the system entries and the last N others (never splitting a tool batch)
-  truncate=N  tool results cut to N characters
-  budget=N    the newest entries that fit N estimated tokens (system entries always kept)
-  prune=N     over N estimated tokens, old tool outputs replaced by a placeholder
-Only the export is curated: the store keeps the full history and nothing is appended
-(no history_curated event either).
-
-Opens the store read-only (its newest usable snapshot, then the log after it): takes no
-lock and writes nothing, so it runs beside a writer in another process and sees what that
-writer has appended so far.
-
-Example:
-  convlog export ./my-store --conversation ctx_123 --format anthropic --pending error
-  convlog export ./my-store --conversation ctx_123 --format openai --curate 'window=50,truncate=1000,budget=100000'"#;
+use crate::shell::{existing_store, print_json, stdout_closed, Failure};
 
 /// What `export --format` names. A new format is a variant here and an arm
 /// in [`ExportFormat::output`]; the compiler points at every place to
@@ -140,8 +107,8 @@ pub fn export(
         return crate::audit::export_html(dir, conversation);
     }
     existing_store(dir)?;
-    let bar = crate::commands::spinner("reading the conversation");
-    let opened = crate::commands::open_store_read_only(dir);
+    let bar = crate::shell::spinner("reading the conversation");
+    let opened = crate::shell::open_store_read_only(dir);
     let slice = opened
         .as_ref()
         .ok()

@@ -8,13 +8,17 @@
 
 #![forbid(unsafe_code)]
 
+mod append;
 mod audit;
 mod backup;
 mod commands;
 mod control;
 mod demo;
 mod export;
+mod help;
+mod input;
 mod resume;
+mod shell;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -27,18 +31,7 @@ use clap::{Parser, Subcommand, ValueEnum};
     name = "convlog",
     version,
     about = "An embedded, durable, event-sourced store for LLM agent conversations",
-    after_help = "Examples:
-  convlog append ./my-store < events.jsonl   # record events (JSON lines), print their LSNs
-  convlog dump ./my-store                    # every event as a JSON line, with its LSN
-  convlog verify ./my-store                  # check every record and snapshot
-  convlog resume ./my-store --conversation ctx_1   # what a crashed host left to do (JSON)
-  convlog export ./my-store --conversation ctx_1 --format openai   # the rebuilt request body
-  convlog inspect ./my-store --conversation ctx_1   # a readable timeline of a conversation
-  convlog tail ./my-store --follow           # events as a writer appends them
-  convlog backup ./my-store ./my-backup      # a verified copy, beside a running writer
-  convlog demo                               # crash a writer mid-run and recover
-
-Exit codes: 0 success, 1 failure, 2 usage error. CONVLOG_LOG=info shows recovery notes."
+    after_help = help::EXAMPLES
 )]
 struct Cli {
     #[command(subcommand)]
@@ -62,7 +55,7 @@ enum DurabilityArg {
 enum Command {
     /// Append events read from standard input, one JSON event per line, and
     /// print the LSN of each, one per line.
-    #[command(after_help = commands::APPEND_HELP)]
+    #[command(after_help = help::APPEND_HELP)]
     Append {
         /// The store directory (a store is created in it if it is missing or
         /// empty).
@@ -80,7 +73,7 @@ enum Command {
         create_in_nonempty: bool,
     },
     /// Print every event as one JSON line with its "lsn", in LSN order.
-    #[command(after_help = commands::DUMP_HELP)]
+    #[command(after_help = help::DUMP_HELP)]
     Dump {
         /// The store directory.
         store: PathBuf,
@@ -93,7 +86,7 @@ enum Command {
     },
     /// Check every record of every segment, and every snapshot, without
     /// changing the store.
-    #[command(after_help = commands::VERIFY_HELP)]
+    #[command(after_help = help::VERIFY_HELP)]
     Verify {
         /// The store directory.
         store: PathBuf,
@@ -103,14 +96,14 @@ enum Command {
         log_only: bool,
     },
     /// Write a snapshot of every conversation at the end of the log.
-    #[command(after_help = commands::SNAPSHOT_HELP)]
+    #[command(after_help = help::SNAPSHOT_HELP)]
     Snapshot {
         /// The store directory.
         store: PathBuf,
     },
     /// Delete log segments the newest snapshot covers (only with
     /// --delete-covered; by default the whole log is kept for audit).
-    #[command(after_help = commands::COMPACT_HELP)]
+    #[command(after_help = help::COMPACT_HELP)]
     Compact {
         /// The store directory.
         store: PathBuf,
@@ -122,7 +115,7 @@ enum Command {
     },
     /// Copy a store into a new directory beside its running writer, and
     /// verify the copy.
-    #[command(after_help = backup::BACKUP_HELP)]
+    #[command(after_help = help::BACKUP_HELP)]
     Backup {
         /// The store directory.
         store: PathBuf,
@@ -131,14 +124,14 @@ enum Command {
     },
     /// Print counters of a store: segments, LSN range, conversations,
     /// snapshot, index size.
-    #[command(after_help = commands::STATS_HELP)]
+    #[command(after_help = help::STATS_HELP)]
     Stats {
         /// The store directory.
         store: PathBuf,
     },
     /// Report what an evaluation left to do after a crash: unfinished and
     /// finished tool calls, next sequence and turn (JSON).
-    #[command(after_help = resume::RESUME_HELP)]
+    #[command(after_help = help::RESUME_HELP)]
     Resume {
         /// The store directory.
         store: PathBuf,
@@ -158,7 +151,7 @@ enum Command {
     },
     /// Print a conversation rebuilt as a provider's request body (JSON), or
     /// its neutral entries as JSON lines.
-    #[command(after_help = export::EXPORT_HELP)]
+    #[command(after_help = help::EXPORT_HELP)]
     Export {
         /// The store directory.
         store: PathBuf,
@@ -179,7 +172,7 @@ enum Command {
     },
     /// Show a readable timeline of a conversation, or every conversation of
     /// the store.
-    #[command(after_help = audit::INSPECT_HELP)]
+    #[command(after_help = help::INSPECT_HELP)]
     Inspect {
         /// The store directory.
         store: PathBuf,
@@ -195,7 +188,7 @@ enum Command {
     },
     /// Print the last events, and with --follow every new one as a writer
     /// appends it.
-    #[command(after_help = audit::TAIL_HELP)]
+    #[command(after_help = help::TAIL_HELP)]
     Tail {
         /// The store directory.
         store: PathBuf,
@@ -214,7 +207,7 @@ enum Command {
     },
     /// Create a context (a conversation with an owner and a public flag) for
     /// add-messages and set-messages.
-    #[command(after_help = control::CREATE_CONTEXT_HELP)]
+    #[command(after_help = help::CREATE_CONTEXT_HELP)]
     CreateContext {
         /// The store directory (a store is created in it if it is missing or
         /// empty).
@@ -237,7 +230,7 @@ enum Command {
     },
     /// Append a JSON message list (stdin) to a context, validated,
     /// atomically; print the context.
-    #[command(after_help = control::ADD_MESSAGES_HELP)]
+    #[command(after_help = help::ADD_MESSAGES_HELP)]
     AddMessages {
         /// The store directory.
         store: PathBuf,
@@ -250,7 +243,7 @@ enum Command {
     },
     /// Replace every message of a context with a JSON message list
     /// (stdin), validated, atomically; the old ones stay in the log.
-    #[command(after_help = control::SET_MESSAGES_HELP)]
+    #[command(after_help = help::SET_MESSAGES_HELP)]
     SetMessages {
         /// The store directory.
         store: PathBuf,
@@ -263,7 +256,7 @@ enum Command {
     },
     /// Run a writer, kill it with SIGKILL mid-batch, reopen, and show that
     /// every acknowledged append survived.
-    #[command(after_help = "Example:\n  convlog demo --dir /tmp/convlog-demo")]
+    #[command(after_help = help::DEMO_HELP)]
     Demo {
         /// Store directory to create (default: a new directory under the
         /// system temporary directory). Must not exist yet.
@@ -279,6 +272,19 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    init_logging();
+    match run(Cli::parse().command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(shell::Failure(message)) => {
+            eprintln!("convlog: error: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Log records (recovery notes, warnings) go to stderr; `CONVLOG_LOG`
+/// filters them (default: warnings).
+fn init_logging() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("CONVLOG_LOG")
@@ -289,8 +295,11 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .init();
-    let cli = Cli::parse();
-    let result = match cli.command {
+}
+
+/// Runs one command.
+fn run(command: Command) -> Result<(), shell::Failure> {
+    match command {
         Command::Append {
             store,
             durability,
@@ -298,7 +307,7 @@ fn main() -> ExitCode {
             create_in_nonempty,
         } => {
             let durability = durability_of(durability, interval_ms);
-            commands::append(&store, durability, create_in_nonempty)
+            append::append(&store, durability, create_in_nonempty)
         }
         Command::Dump {
             store,
@@ -339,45 +348,14 @@ fn main() -> ExitCode {
             format,
             pending,
             curate,
-        } => {
-            if format.is_page() && (pending.is_some() || curate.is_some()) {
-                usage_error(
-                    "export",
-                    clap::error::ErrorKind::ArgumentConflict,
-                    "--pending and --curate apply to provider formats, not to --format html",
-                );
-            }
-            if pending.is_some() && !format.renders_requests() {
-                usage_error(
-                    "export",
-                    clap::error::ErrorKind::ArgumentConflict,
-                    "--pending applies only to the provider formats, not to --format jsonl",
-                );
-            }
-            export::export(
-                &store,
-                &conversation,
-                format,
-                pending.unwrap_or(export::PendingArg::Drop),
-                curate.as_deref(),
-            )
-        }
+        } => checked_export(&store, &conversation, format, pending, curate.as_deref()),
         Command::CreateContext {
             store,
             conversation,
             as_user,
             public,
             create_in_nonempty,
-        } => {
-            if as_user.is_none() && !public {
-                usage_error(
-                    "create-context",
-                    clap::error::ErrorKind::MissingRequiredArgument,
-                    "a context created without --as has no owner and must be --public",
-                );
-            }
-            control::create_context(&store, &conversation, as_user, public, create_in_nonempty)
-        }
+        } => checked_create_context(&store, &conversation, as_user, public, create_in_nonempty),
         Command::AddMessages {
             store,
             conversation,
@@ -389,15 +367,57 @@ fn main() -> ExitCode {
             as_user,
         } => control::change_messages(&store, &conversation, as_user, control::Change::Set),
         Command::Demo { dir } => demo::run(dir),
-        Command::DemoWorker { store } => demo::worker(&store).map_err(commands::Failure::from),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(commands::Failure(message)) => {
-            eprintln!("convlog: error: {message}");
-            ExitCode::from(1)
-        }
+        Command::DemoWorker { store } => demo::worker(&store).map_err(shell::Failure::from),
     }
+}
+
+/// `convlog export`, after the flag combinations clap cannot check.
+fn checked_export(
+    store: &std::path::Path,
+    conversation: &str,
+    format: export::ExportFormat,
+    pending: Option<export::PendingArg>,
+    curate: Option<&str>,
+) -> Result<(), shell::Failure> {
+    if format.is_page() && (pending.is_some() || curate.is_some()) {
+        usage_error(
+            "export",
+            clap::error::ErrorKind::ArgumentConflict,
+            "--pending and --curate apply to provider formats, not to --format html",
+        );
+    }
+    if pending.is_some() && !format.renders_requests() {
+        usage_error(
+            "export",
+            clap::error::ErrorKind::ArgumentConflict,
+            "--pending applies only to the provider formats, not to --format jsonl",
+        );
+    }
+    export::export(
+        store,
+        conversation,
+        format,
+        pending.unwrap_or(export::PendingArg::Drop),
+        curate,
+    )
+}
+
+/// `convlog create-context`, after the flag combination clap cannot check.
+fn checked_create_context(
+    store: &std::path::Path,
+    conversation: &str,
+    as_user: Option<String>,
+    public: bool,
+    create_in_nonempty: bool,
+) -> Result<(), shell::Failure> {
+    if as_user.is_none() && !public {
+        usage_error(
+            "create-context",
+            clap::error::ErrorKind::MissingRequiredArgument,
+            "a context created without --as has no owner and must be --public",
+        );
+    }
+    control::create_context(store, conversation, as_user, public, create_in_nonempty)
 }
 
 /// Exits with clap's usage error (exit 2) for `subcommand`: for flag
@@ -427,7 +447,7 @@ fn durability_of(durability: DurabilityArg, interval_ms: Option<u64>) -> convlog
         DurabilityArg::Sync => convlog::Durability::Sync,
         DurabilityArg::Group => convlog::Durability::Group,
         DurabilityArg::Periodic => convlog::Durability::Periodic(std::time::Duration::from_millis(
-            interval_ms.unwrap_or(commands::PERIODIC_INTERVAL_MS_DEFAULT),
+            interval_ms.unwrap_or(append::PERIODIC_INTERVAL_MS_DEFAULT),
         )),
         DurabilityArg::None => convlog::Durability::None,
     }

@@ -7,36 +7,7 @@ use convlog::model::ConversationEntry;
 use convlog::resume::{FinishedCall, PromptIdentity, ResumeOptions, UnfinishedCall};
 use serde::Serialize;
 
-use crate::commands::{existing_store, print_json, Failure};
-
-pub const RESUME_HELP: &str = r#"Output: one pretty JSON object, the library's resume state (`convlog::resume`):
-  {
-    "conversation_id": "trip",
-    "evaluation_id": "eval-1",
-    "finished": false,         // the last entry is an answer with no calls, nothing unfinished
-    "next_sequence": 4,        // the sequence the next entry gets
-    "turn": 1,                 // the turn of the last assistant response (0 before any)
-    "next_turn": 2,
-    "unfinished_calls": [      // no result, status pending or running: run these again
-      {"call": {"call_id": "rome", "name": "lookup", "arguments": "...", "status": "running", ...},
-       "assistant_message_id": "..."}
-    ],
-    "finished_calls": [        // completed or failed, or answered: never run these twice
-      {"call": {"call_id": "paris", ...}, "result": {<the tool entry>} or null}
-    ]
-  }
---entries adds "entries": every entry of the evaluation, in sequence order.
-
---prompt NAMESPACE/KEY checks the prompt identity recorded on the evaluation's system
-entry; "-" stands for an absent part (travel/- , -/-). A mismatch fails naming both
-identities. An unknown conversation or evaluation fails too (exit 1).
-
-Opens the store read-only (its newest usable snapshot, then the log after it): takes no
-lock and writes nothing, so it runs beside a writer in another process and sees what that
-writer has appended so far.
-
-Example:
-  convlog resume ./my-store --conversation ctx_123 --prompt travel/planner"#;
+use crate::shell::{existing_store, print_json, Failure};
 
 /// Parses `--prompt NAMESPACE/KEY` (`-` for an absent part), the form
 /// `PromptIdentity` displays.
@@ -81,7 +52,7 @@ pub fn resume(
     with_entries: bool,
 ) -> Result<(), Failure> {
     existing_store(dir)?;
-    let store = crate::commands::open_store_read_only(dir)?;
+    let store = crate::shell::open_store_read_only(dir)?;
     let state = store.resume(
         conversation,
         &ResumeOptions::new()

@@ -1,0 +1,135 @@
+//! What every command shares: the failure a command reports, opening a
+//! store (as its writer, or read-only beside one), and printing (summary
+//! rows, JSON, progress on stderr, a closed standard output).
+
+use std::io::Write;
+use std::path::Path;
+
+use convlog::control::ContextsReducer;
+use convlog::log::LogReader;
+use convlog::store::{StoreBuilder, StoreOptions};
+use convlog::{Error, Store};
+
+/// Width of the label column of summaries.
+const LABEL_WIDTH: usize = 17;
+
+/// Why a command failed: the message printed after `convlog: error: `.
+#[derive(Debug)]
+pub struct Failure(pub String);
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        match error {
+            Error::DirectoryNotEmpty { .. } => Failure(format!(
+                "{error}; pass --create-in-nonempty to create it there anyway"
+            )),
+            other => Failure(other.to_string()),
+        }
+    }
+}
+
+pub fn row(label: &str, value: impl std::fmt::Display) {
+    println!("{label:<LABEL_WIDTH$}{value}");
+}
+
+/// Fails unless `dir` holds a store, so a mistyped path is not created.
+pub fn existing_store(dir: &Path) -> Result<(), Failure> {
+    LogReader::open(dir)?;
+    Ok(())
+}
+
+/// Opens the store read-only, beside any running writer: no lock, nothing
+/// written. No host reducers: a snapshot taken by a host without them still
+/// serves conversations.
+pub fn open_store_read_only(dir: &Path) -> Result<Store, Failure> {
+    let store = Store::open_read_only(dir, StoreOptions::default())?;
+    // Catch up now, so a damaged log fails here with its location.
+    store.refresh()?;
+    Ok(store)
+}
+
+/// Opens (or creates) the store as its writer, with the host reducers every
+/// command registers: [`ContextsReducer`], so the snapshots `convlog
+/// snapshot` writes carry the contexts of `create-context` and a compacted
+/// store still knows them.
+pub fn open_store(dir: &Path, options: StoreOptions) -> Result<Store, Failure> {
+    Ok(StoreBuilder::new(dir)
+        .options(options)
+        .reducer(ContextsReducer)
+        .open()?)
+}
+
+/// Writes `value` to standard output as pretty JSON and a newline.
+pub fn print_json(value: &impl serde::Serialize) -> Result<(), Failure> {
+    let mut text = serde_json::to_string_pretty(value)
+        .map_err(|error| Failure(format!("the output has no JSON form: {error}")))?;
+    text.push('\n');
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .or_else(stdout_closed)
+}
+
+pub fn lsn_range(first_lsn: u64, next_lsn: u64) -> String {
+    if next_lsn > first_lsn {
+        format!("{first_lsn}..={}", next_lsn - 1)
+    } else {
+        format!("empty (the next LSN is {next_lsn})")
+    }
+}
+
+/// Bytes in the store's segment files (the work a full read does).
+pub fn segment_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok())
+                .filter(|entry| {
+                    entry
+                        .path()
+                        .extension()
+                        .is_some_and(|extension| extension == "seg")
+                })
+                .filter_map(|entry| entry.metadata().ok())
+                .map(|metadata| metadata.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// A byte progress bar on stderr; indicatif draws nothing when stderr is
+/// not a terminal, so pipes and CI logs stay clean.
+pub fn progress_bar(total_bytes: u64, label: &'static str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(total_bytes),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} ({binary_bytes_per_sec}, {eta} left)",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(label);
+    bar
+}
+
+/// A spinner on stderr for work without a known size (hidden off a terminal).
+pub fn spinner(label: &'static str) -> indicatif::ProgressBar {
+    let bar =
+        indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        bar.set_style(style);
+    }
+    bar.set_message(label);
+    bar.enable_steady_tick(std::time::Duration::from_millis(120));
+    bar
+}
+
+/// A reader that went away (`convlog dump | head`) ends the output quietly.
+pub fn stdout_closed(error: std::io::Error) -> Result<(), Failure> {
+    if error.kind() == std::io::ErrorKind::BrokenPipe {
+        Ok(())
+    } else {
+        Err(Failure(format!("write to standard output: {error}")))
+    }
+}

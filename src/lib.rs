@@ -110,6 +110,7 @@
 //!   targets use (the frame format, recovery's scanner, the event codec,
 //!   the snapshot format, a simulated crash disk). Not a stable API.
 #![deny(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 #![warn(missing_docs)]
 
 pub mod audit;

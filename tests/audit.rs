@@ -857,7 +857,7 @@ fn tail_from_the_end_follows_a_writer_thread() {
     };
     let mut out = Vec::new();
     let report = audit::tail_reader(
-        &store.log().reader(),
+        &store.log().reader().unwrap(),
         &mut out,
         &TailOptions::new()
             .start(TailStart::End)
@@ -893,7 +893,7 @@ fn tail_from_the_end_follows_a_writer_thread() {
 
     // Following stops after an idle spell.
     let report = audit::tail_reader(
-        &store.log().reader(),
+        &store.log().reader().unwrap(),
         &mut Vec::new(),
         &TailOptions::new()
             .start(TailStart::Lsn(19))

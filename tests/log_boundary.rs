@@ -551,3 +551,35 @@ fn the_store_runs_on_a_log_implemented_outside_the_crate_and_writes_only_snapsho
     assert_eq!(other.open_report().skipped_snapshots.len(), 1);
     assert!(other.conversation_ids().is_empty());
 }
+
+/// Regression: `LogView::iter_from` and the audit timeline (which scans
+/// the log for re-run calls) panicked on a store that does not run on the
+/// segment log. Both read through the boundary now.
+#[test]
+fn the_log_view_and_the_audit_timeline_read_every_log() {
+    on_both_logs(|backing| {
+        let name = backing.name();
+        let store = backing.open(options());
+        store
+            .append(&[
+                said("a", 0, Role::User, "hello"),
+                said("a", 1, Role::Assistant, "hi"),
+            ])
+            .unwrap();
+        let lsns: Vec<Lsn> = store
+            .log()
+            .iter_from(1)
+            .take(2)
+            .map(|record| record.unwrap().lsn)
+            .collect();
+        assert_eq!(lsns, [1, 2], "{name}");
+        let timeline =
+            convlog::audit::Timeline::from_store(&store, "a", &Default::default()).unwrap();
+        assert_eq!(timeline.entries, 2, "{name}");
+        assert_eq!(
+            store.log().reader().is_some(),
+            name == "segment log",
+            "{name}: only the segment log has its own reader"
+        );
+    });
+}

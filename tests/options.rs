@@ -199,7 +199,11 @@ fn log_options_reach_the_log() {
     )
     .unwrap_err();
     assert!(
-        error.to_string().contains("segment_bytes_max is 10"),
+        matches!(
+            &error,
+            convlog::Error::InvalidOption { option, reason }
+                if option.ends_with("segment_bytes_max") && reason.contains("it is 10")
+        ),
         "{error}"
     );
 }
@@ -319,4 +323,39 @@ fn approximate_tokens_settings_reach_the_estimate() {
     assert_eq!(estimator.estimate(&entry), 8);
     let calling = ConversationEntry::assistant_calling("e1", 2, [ToolCall::new("a", "b", "c")]);
     assert_eq!(estimator.estimate(&calling), 3 + 100);
+}
+
+/// Regression: a zero snapshot threshold and `snapshots_kept(0)` were taken
+/// silently (a snapshot after every append; 0 read as 1). Each is refused
+/// by name when the store opens, before anything is created.
+#[test]
+fn store_options_that_can_never_be_valid_are_refused_by_name() {
+    let cases = [
+        (
+            StoreOptions::new().snapshot_every_events(Some(0)),
+            "StoreOptions::snapshot_every_events",
+        ),
+        (
+            StoreOptions::new().snapshot_every_bytes(Some(0)),
+            "StoreOptions::snapshot_every_bytes",
+        ),
+        (
+            StoreOptions::new().snapshots_kept(0),
+            "StoreOptions::snapshots_kept",
+        ),
+    ];
+    for (options, named) in cases {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("store");
+        for opened in [
+            Store::open(&dir, options.clone()),
+            Store::open_read_only(&dir, options.clone()),
+        ] {
+            match opened {
+                Err(convlog::Error::InvalidOption { option, .. }) => assert_eq!(option, named),
+                other => panic!("{named}: expected InvalidOption, got {other:?}"),
+            }
+        }
+        assert!(!dir.exists(), "{named}: nothing was created");
+    }
 }

@@ -196,7 +196,7 @@ fn reading_from_before_a_compacted_start_is_a_gap_and_iter_starts_where_the_log_
     let reader = LogReader::open(dir.path()).unwrap();
     let from_one = reader.iter_from(1);
     let from_start = reader.iter();
-    let writers_from_one = store.log().reader().iter_from(1);
+    let writers_from_one = store.log().reader().unwrap().iter_from(1);
 
     store.snapshot().unwrap();
     store.compact().unwrap();

@@ -185,7 +185,7 @@ pub(super) fn resumed_calls(
 ) -> Result<ResumedScan> {
     let visible_from = log.first_lsn();
     let mut calls: BTreeMap<String, ResumedCalls> = BTreeMap::new();
-    for record in log.reader().iter_from(visible_from) {
+    for record in log.iter_from(visible_from) {
         let record = record?;
         if record.lsn >= end {
             break;

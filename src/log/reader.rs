@@ -325,7 +325,8 @@ struct DirectorySource {
     dir: PathBuf,
     storage: Arc<dyn Storage>,
     sealed: HashMap<Lsn, Arc<SealedSegment>>,
-    open: HashMap<Lsn, Arc<dyn StorageFile>>,
+    /// The last segment of the latest listing, kept open (with its path).
+    open: HashMap<Lsn, (PathBuf, Arc<dyn StorageFile>)>,
 }
 
 /// How often a directory reader lists the segments again when its last
@@ -334,6 +335,26 @@ struct DirectorySource {
 const LISTING_ATTEMPTS_MAX: usize = 8;
 
 impl DirectorySource {
+    /// The segment starting at `first_lsn` if an earlier listing found it,
+    /// without listing the directory again. A frame once written never
+    /// changes, so reading it through what was found then is reading it
+    /// now; a sealed segment deleted since (and not mapped yet) reports
+    /// `NotFound` when it is mapped, which the caller turns into
+    /// `Error::Compacted`.
+    fn known(&self, first_lsn: Lsn) -> Option<SegmentRef> {
+        if let Some(sealed) = self.sealed.get(&first_lsn) {
+            return Some(SegmentRef::Sealed(Arc::clone(sealed)));
+        }
+        self.open.get(&first_lsn).map(|(path, handle)| {
+            SegmentRef::Active(ActiveSegment {
+                first_lsn,
+                path: path.clone(),
+                file: Arc::clone(handle),
+                limit: None,
+            })
+        })
+    }
+
     /// The segments in the directory now. Sealed segments that may hold
     /// events at or after `map_from` are mapped at once, so that compaction
     /// deleting them later does not take them from the reader; the last
@@ -386,7 +407,7 @@ impl DirectorySource {
                 layout.push(SegmentRef::Sealed(sealed));
             } else {
                 let handle = match self.open.get(&file.first_lsn) {
-                    Some(handle) => Arc::clone(handle),
+                    Some((_, handle)) => Arc::clone(handle),
                     None => {
                         let handle: Arc<dyn StorageFile> = match self.storage.open_read(&file.path)
                         {
@@ -395,7 +416,8 @@ impl DirectorySource {
                                 return Ok(Err(("open segment", file.path.clone(), error)))
                             }
                         };
-                        self.open.insert(file.first_lsn, Arc::clone(&handle));
+                        self.open
+                            .insert(file.first_lsn, (file.path.clone(), Arc::clone(&handle)));
                         handle
                     }
                 };
@@ -558,11 +580,20 @@ impl LogReader {
     pub fn read_frame(&self, position: Position) -> Result<Vec<Record>> {
         let found = match &self.source {
             Source::Writer(view) => view.segment(position.segment),
-            Source::Directory(_) => self
-                .source
-                .layout(None)?
-                .into_iter()
-                .find(|segment| segment.first_lsn() == position.segment),
+            // A reader that found the segment before reads it without
+            // listing the directory again (a store reads frame by frame).
+            Source::Directory(directory) => {
+                // (The lock is released before `layout` takes it again.)
+                let known = directory.lock().known(position.segment);
+                match known {
+                    Some(known) => Some(known),
+                    None => self
+                        .source
+                        .layout(None)?
+                        .into_iter()
+                        .find(|segment| segment.first_lsn() == position.segment),
+                }
+            }
         };
         let Some(segment) = found.as_ref() else {
             let first_lsn = self

@@ -147,17 +147,10 @@ impl Backend {
             .unwrap_or_default()
     }
 
-    /// The segment log's reader. Panics for a store on another log
+    /// The segment log's reader; `None` for a store on another log
     /// ([`Store::open_on`](super::Store::open_on)).
-    pub(crate) fn reader(&self) -> LogReader {
-        match &self.segment {
-            Some(segment) => segment.reader.clone(),
-            None => panic!(
-                "LogView::reader needs the segment log; the store at {} runs on {:?} (read it with Store::conversation, or through the log you opened it on)",
-                self.dir.display(),
-                self.log
-            ),
-        }
+    pub(crate) fn reader(&self) -> Option<LogReader> {
+        self.segment.as_ref().map(|segment| segment.reader.clone())
     }
 
     /// Makes what the writer appended durable; a follower has nothing to sync.

@@ -46,6 +46,7 @@ impl Store {
         options: StoreOptions,
         reducers: Vec<(TypeId, Box<dyn ErasedReducer>)>,
     ) -> Result<Store> {
+        options.check()?;
         let storage = Arc::clone(&options.log.storage);
         let mut report = OpenReport::default();
         sync_snapshot_dir(storage.as_ref(), &dir)?;
@@ -115,6 +116,7 @@ impl Store {
         options: StoreOptions,
         reducers: Vec<(TypeId, Box<dyn ErasedReducer>)>,
     ) -> Result<Store> {
+        options.check()?;
         let storage = Arc::clone(&options.log.storage);
         let mut report = OpenReport::default();
         if log.is_writable() {
@@ -470,14 +472,10 @@ impl StoreCore {
         ordered: Ordered,
         report: OpenReport,
     ) -> StoreCore {
-        let snapshots_kept = options.snapshots_kept.max(1);
         StoreCore {
             ordered: Mutex::new(ordered),
             log,
-            options: StoreOptions {
-                snapshots_kept,
-                ..options
-            },
+            options,
             state: RwLock::new(state),
             snapshotting: Mutex::new(()),
             compacting: RwLock::new(()),

@@ -67,7 +67,8 @@ pub struct StoreOptions {
     pub snapshot_every_bytes: Option<u64>,
     /// What [`Store::compact`] may delete.
     pub retention: Retention,
-    /// How many snapshot files to keep (the newest ones; at least 1).
+    /// How many snapshot files to keep (the newest ones; at least 1, or
+    /// opening fails with [`Error::InvalidOption`](crate::Error::InvalidOption)).
     pub snapshots_kept: usize,
 }
 
@@ -84,6 +85,35 @@ impl Default for StoreOptions {
 }
 
 impl StoreOptions {
+    /// Fails with `Error::InvalidOption` for a value that can never be
+    /// valid: a zero snapshot threshold (a snapshot after every append, and
+    /// never a wait) or no snapshot kept (the store would delete the one it
+    /// just wrote).
+    pub(crate) fn check(&self) -> Result<()> {
+        let invalid = |option: &'static str, reason: String| {
+            Err(crate::Error::InvalidOption { option, reason })
+        };
+        if self.snapshot_every_events == Some(0) {
+            return invalid(
+                "StoreOptions::snapshot_every_events",
+                "it is Some(0); use None for no automatic snapshots, or at least 1".to_string(),
+            );
+        }
+        if self.snapshot_every_bytes == Some(0) {
+            return invalid(
+                "StoreOptions::snapshot_every_bytes",
+                "it is Some(0); use None for no automatic snapshots, or at least 1".to_string(),
+            );
+        }
+        if self.snapshots_kept == 0 {
+            return invalid(
+                "StoreOptions::snapshots_kept",
+                "it is 0; a store keeps at least its newest snapshot".to_string(),
+            );
+        }
+        Ok(())
+    }
+
     /// The defaults: the log's defaults ([`LogOptions::new`]), no automatic
     /// snapshot, [`Retention::KeepAll`], 2 snapshots kept.
     pub fn new() -> StoreOptions {

@@ -141,6 +141,7 @@ impl Store {
         options: StoreOptions,
         reducers: Vec<(TypeId, Box<dyn ErasedReducer>)>,
     ) -> Result<Store> {
+        options.check()?;
         let storage = Arc::clone(&options.log.storage);
         let reader = open_follower_reader(&storage, &dir)?;
         let segments = crate::log::segment::list(storage.as_ref(), &dir)?

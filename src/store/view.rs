@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::backend::Backend;
-use crate::log::{Durability, LogReader, Lsn, RecoveryReport};
+use crate::log::{Durability, LogCursor, LogReader, Lsn, RecoveryReport};
 
 /// Read-only access to a store's log: positions, durability, readers.
 ///
@@ -75,18 +75,18 @@ impl LogView<'_> {
         self.log.writer_stats()
     }
 
-    /// A reader of the log that sees events as soon as they are written.
-    ///
-    /// The segment log's own reader: panics for a store opened on another
-    /// log ([`Store::open_on`](super::Store::open_on)); read that log
-    /// through the [`EventLog`](crate::log::EventLog) it was opened on.
-    pub fn reader(&self) -> LogReader {
+    /// The segment log's own reader, which sees events as soon as they are
+    /// written (and can be cloned, and read from any LSN or frame); `None`
+    /// for a store opened on another log
+    /// ([`Store::open_on`](super::Store::open_on)): read it with
+    /// [`LogView::iter_from`], which works on every log.
+    pub fn reader(&self) -> Option<LogReader> {
         self.log.reader()
     }
 
-    /// Iterates over events with LSN `lsn` and above. Panics like
-    /// [`LogView::reader`] for a store on another log than the segment log.
-    pub fn iter_from(&self, lsn: Lsn) -> crate::log::LogIter {
-        self.log.reader().iter_from(lsn)
+    /// The events with LSN `lsn` and above, in LSN order, on whatever log
+    /// the store runs on; the cursor follows the log as it grows.
+    pub fn iter_from(&self, lsn: Lsn) -> Box<dyn LogCursor> {
+        self.log.log().read_from(lsn)
     }
 }

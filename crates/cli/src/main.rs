@@ -7,6 +7,7 @@
 //! offset, or the input line and field, at fault), 2 usage error.
 
 #![forbid(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 
 mod append;
 mod audit;

@@ -583,3 +583,29 @@ fn the_log_view_and_the_audit_timeline_read_every_log() {
         );
     });
 }
+
+/// Regression: two stores could write one memory log at once (through two
+/// clones of its handle). Each indexes only its own appends, so each
+/// served a store missing the other's events. The second writer is now
+/// refused, as the segment log's lock refuses it; followers are not.
+#[test]
+fn a_memory_log_admits_one_writing_store_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = MemoryLog::new();
+    let first = Store::open_on(log.clone(), dir.path(), StoreOptions::new()).unwrap();
+    first.append(&[said("a", 0, Role::User, "hello")]).unwrap();
+    match Store::open_on(log.clone(), dir.path(), StoreOptions::new()) {
+        Err(Error::Locked { path }) => assert_eq!(path, log.name()),
+        other => panic!("a second writer must be refused, got {other:?}"),
+    }
+    // Reading beside the writer is fine.
+    let follower = Store::open_on(log.follower(), dir.path(), StoreOptions::new()).unwrap();
+    assert_eq!(follower.conversation("a").unwrap().len(), 1);
+    // The claim ends with the store that holds it.
+    drop(first);
+    let second = Store::open_on(log.clone(), dir.path(), StoreOptions::new()).unwrap();
+    second
+        .append(&[said("a", 1, Role::Assistant, "hi")])
+        .unwrap();
+    assert_eq!(second.conversation("a").unwrap().len(), 2);
+}

@@ -135,6 +135,18 @@ pub trait EventLog: Send + Sync + Debug {
     /// method fails with [`Error::ReadOnly`].
     fn is_writable(&self) -> bool;
 
+    /// Makes this handle the log's one writer. A store calls it once, when
+    /// it opens on a writable handle, before reading anything: the store
+    /// indexes and folds only what it appends itself after its open replay,
+    /// so a second writer beside it would append events it never serves.
+    /// An implementation that already has a writer fails with
+    /// [`Error::Locked`]; the claim ends when the claiming handle is
+    /// dropped. The default admits every handle: for logs whose open
+    /// already excludes a second writer (the segment log's lock).
+    fn claim_writer(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Appends `payloads` (at least one) as one atomic batch; returns once
     /// `durability` is met, with the batch's LSN range (gap-free, right
     /// after the previous batch's) and its locator. On error nothing of

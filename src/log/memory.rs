@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -31,10 +32,30 @@ const MEMORY_SEGMENT: Lsn = 1;
 /// [`EventLog::durable_lsn`] behaves as the contract says. Batches are
 /// chained like the segment log's frames (a CRC-32 over the previous
 /// value and the batch), which is the [`Binding`] snapshots record.
-#[derive(Clone)]
 pub struct MemoryLog {
     shared: Arc<Shared>,
     writable: bool,
+    /// This handle holds the log's writer claim ([`EventLog::claim_writer`]).
+    claimed: AtomicBool,
+}
+
+/// A clone shares the log, not the writer claim.
+impl Clone for MemoryLog {
+    fn clone(&self) -> MemoryLog {
+        MemoryLog {
+            shared: Arc::clone(&self.shared),
+            writable: self.writable,
+            claimed: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Drop for MemoryLog {
+    fn drop(&mut self) {
+        if *self.claimed.get_mut() {
+            self.shared.writer_claimed.store(false, Ordering::Release);
+        }
+    }
 }
 
 struct Shared {
@@ -42,6 +63,8 @@ struct Shared {
     name: PathBuf,
     store_id: StoreId,
     inner: Mutex<Inner>,
+    /// A store writes through one of the handles ([`EventLog::claim_writer`]).
+    writer_claimed: AtomicBool,
 }
 
 struct Batch {
@@ -117,8 +140,10 @@ impl MemoryLog {
                     durable_lsn: 1,
                     chain_before_first: 0,
                 }),
+                writer_claimed: AtomicBool::new(false),
             }),
             writable: true,
+            claimed: AtomicBool::new(false),
         }
     }
 
@@ -128,6 +153,7 @@ impl MemoryLog {
         MemoryLog {
             shared: Arc::clone(&self.shared),
             writable: false,
+            claimed: AtomicBool::new(false),
         }
     }
 
@@ -186,6 +212,23 @@ impl EventLog for MemoryLog {
 
     fn is_writable(&self) -> bool {
         self.writable
+    }
+
+    /// One store at a time writes a memory log: another handle's claim
+    /// fails with `Error::Locked` naming the log until that handle is
+    /// dropped (with its store).
+    fn claim_writer(&self) -> Result<()> {
+        if !self.writable || self.claimed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.shared
+            .writer_claimed
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .map_err(|_| Error::Locked {
+                path: self.shared.name.clone(),
+            })?;
+        self.claimed.store(true, Ordering::Release);
+        Ok(())
     }
 
     fn append(

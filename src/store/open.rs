@@ -120,6 +120,7 @@ impl Store {
         let storage = Arc::clone(&options.log.storage);
         let mut report = OpenReport::default();
         if log.is_writable() {
+            log.claim_writer()?;
             sync_snapshot_dir(storage.as_ref(), &dir)?;
         }
         let candidates = load_candidates(storage.as_ref(), &dir, &mut report)?;

@@ -55,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
                 let mut content = std::fs::read(last).expect("read");
                 // Only bytes past the durable end may be damaged; find where
                 // the first not-yet-durable record starts.
-                let reader = convlog::LogReader::open(dir.path()).expect("reader");
+                let reader = convlog::log::LogReader::open(dir.path()).expect("reader");
                 let first_unsynced = reader
                     .iter_from(durable as u64 + 1)
                     .next()

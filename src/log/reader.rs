@@ -62,10 +62,7 @@ impl Record {
     /// The event a [`Store`](crate::Store) appended as this record's payload;
     /// [`Error::UndecodableEvent`] (with the LSN) for bytes that are not one.
     pub fn event(&self) -> Result<crate::model::Event> {
-        crate::codec::decode_event(&self.payload).map_err(|reason| Error::UndecodableEvent {
-            lsn: self.lsn,
-            reason,
-        })
+        crate::codec::decode_event_at(self.lsn, &self.payload)
     }
 }
 

@@ -226,12 +226,7 @@ impl StoreCore {
                 {
                     continue;
                 }
-                let event = codec::decode_event(&record.payload).map_err(|reason| {
-                    Error::UndecodableEvent {
-                        lsn: record.lsn,
-                        reason,
-                    }
-                })?;
+                let event = record.event()?;
                 slice.apply(&event, record.lsn);
             }
         }
@@ -253,11 +248,7 @@ impl StoreCore {
             if record.lsn >= limit || record.lsn >= self.log.visible_next_lsn() {
                 break;
             }
-            let event =
-                codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
-                    lsn: record.lsn,
-                    reason,
-                })?;
+            let event = record.event()?;
             if event.conversation_id() == Some(conversation_id) {
                 found = true;
                 slice.apply(&event, record.lsn);

@@ -15,7 +15,6 @@ use super::index::State;
 use super::snapshot::{self, LoadedSnapshot};
 use super::snapshots::Background;
 use super::{Store, StoreCore, StoreOptions, APPEND_STRIPES};
-use crate::codec;
 use crate::error::{Error, Result};
 use crate::log::format::StoreId;
 use crate::log::{Binding, EventLog, Log, LogCursor, LogOptions, Lsn, RecoveryReport};
@@ -442,11 +441,7 @@ impl Start {
         };
         for record in tail {
             let record = record?;
-            let event =
-                codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
-                    lsn: record.lsn,
-                    reason,
-                })?;
+            let event = record.event()?;
             if record.lsn < snapshot_lsn {
                 for &index in &rebuild_from_start {
                     hosts[index].1.apply(&event, record.lsn)?;

@@ -19,7 +19,6 @@ use super::backend::{Backend, SegmentHandles};
 use super::hosts::host_slots;
 use super::open::{check_log_present, load_candidates, start_from_snapshot, Started};
 use super::{OpenReport, Store, StoreCore, StoreOptions};
-use crate::codec;
 use crate::error::{Error, Result};
 use crate::log::{EventLog, LogFollower, LogReader, Lsn, ReaderOptions, RecoveryReport};
 use crate::reducer::{ErasedReducer, HostSlot};
@@ -238,13 +237,10 @@ impl StoreCore {
                         outcome = Err(error);
                         break;
                     }
-                    Some(Ok(record)) => match codec::decode_event(&record.payload) {
+                    Some(Ok(record)) => match record.event() {
                         Ok(event) => chunk.push((record, event)),
-                        Err(reason) => {
-                            outcome = Err(Error::UndecodableEvent {
-                                lsn: record.lsn,
-                                reason,
-                            });
+                        Err(error) => {
+                            outcome = Err(error);
                             break;
                         }
                     },

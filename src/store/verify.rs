@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 
 use super::open::{choose_snapshot, damaged_reason, no_usable_snapshot, LogSpan};
 use super::snapshot;
-use crate::codec;
 use crate::error::{Error, Result};
 use crate::log::recovery;
 use crate::log::{Binding, LogReader, Lsn};
@@ -54,11 +53,7 @@ pub fn verify(dir: impl AsRef<Path>, progress: &mut dyn FnMut(u64)) -> Result<St
         if record.lsn >= log.next_lsn {
             break;
         }
-        let event =
-            codec::decode_event(&record.payload).map_err(|reason| Error::UndecodableEvent {
-                lsn: record.lsn,
-                reason,
-            })?;
+        let event = record.event()?;
         if let Some(id) = event.conversation_id() {
             if !conversations.contains(id) {
                 conversations.insert(id.to_string());

@@ -110,6 +110,9 @@ struct Gate {
     /// (armed, fsyncs waiting at the gate)
     state: std::sync::Mutex<(bool, u64)>,
     changed: std::sync::Condvar,
+    /// The same for segment writes: (armed, writes waiting, writes fail).
+    writes: std::sync::Mutex<(bool, u64, bool)>,
+    writes_changed: std::sync::Condvar,
 }
 
 impl Gate {
@@ -124,6 +127,20 @@ impl Gate {
         self.state.lock().unwrap().0 = armed;
         self.changed.notify_all();
     }
+
+    /// Holds segment writes at the gate (`armed`), or fails them (`fail`).
+    fn set_writes(&self, armed: bool, fail: bool) {
+        let mut writes = self.writes.lock().unwrap();
+        (writes.0, writes.2) = (armed, fail);
+        self.writes_changed.notify_all();
+    }
+
+    fn wait_until_writes_wait(&self, count: u64) {
+        let mut writes = self.writes.lock().unwrap();
+        while writes.1 != count {
+            writes = self.writes_changed.wait(writes).unwrap();
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -134,6 +151,18 @@ struct GatedFile {
 
 impl StorageFile for GatedFile {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        {
+            let mut writes = self.gate.writes.lock().unwrap();
+            if writes.2 {
+                return Err(io::Error::other("the test fails this write"));
+            }
+            writes.1 += 1;
+            self.gate.writes_changed.notify_all();
+            while writes.0 {
+                writes = self.gate.writes_changed.wait(writes).unwrap();
+            }
+            writes.1 -= 1;
+        }
         self.inner.write_all_at(buf, offset)
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -566,4 +595,64 @@ fn a_failed_fsync_poisons_the_writer_and_what_it_refused_never_comes_back() {
         reopened.append(&[b"after reopen"]).unwrap().start,
         acknowledged.len() as u64 + 1
     );
+}
+
+/// Regression (found by the crash simulation, seed 719): with pipelining, an
+/// appender whose frame an fsync already in flight covers was refused at
+/// once when another group's write failed meanwhile; the fsync then made
+/// its frame durable, and the reopened log held a batch its appender was
+/// told failed. The appender now waits for the fsync and is acknowledged.
+/// Every step is held at a gate, so nothing depends on timing.
+#[test]
+fn a_frame_an_fsync_in_flight_makes_durable_is_acknowledged_though_a_later_write_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let options = LogOptions::new()
+        .pipelined(true)
+        .storage(Arc::new(GatedSync {
+            gate: Arc::clone(&gate),
+        }));
+    let log = Arc::new(Log::open(dir.path(), options).unwrap());
+    let frames_before = log.writer_stats().frames;
+    let append = |payload: &'static [u8], durability: Durability| {
+        let log = Arc::clone(&log);
+        std::thread::spawn(move || log.append_with(&[payload], durability))
+    };
+    // `a` is being written (held); `x` and `y` queue behind that write.
+    gate.set_writes(true, false);
+    let a = append(b"a", Durability::None);
+    gate.wait_until_writes_wait(1);
+    let x = append(b"x", Durability::Group);
+    let y = append(b"y", Durability::Group);
+    while log.writer_stats().frames - frames_before < 3 {
+        std::thread::yield_now();
+    }
+    // `a` is written, then `x` and `y` in one write; one of their appenders
+    // leads the fsync of all three (held), the other waits for it.
+    gate.set_armed(true);
+    gate.set_writes(false, false);
+    gate.wait_until(|&(_, waiting)| waiting == 1);
+    // A later write fails while that fsync is in flight: the writer is
+    // poisoned and `c` refused.
+    gate.set_writes(false, true);
+    let c = append(b"c", Durability::None);
+    while !log.is_poisoned() {
+        std::thread::yield_now();
+    }
+    gate.set_armed(false);
+    assert!(matches!(c.join().unwrap(), Err(Error::Poisoned { .. })));
+    assert_eq!(a.join().unwrap().unwrap(), 1..2);
+    let x = x.join().unwrap();
+    let y = y.join().unwrap();
+    assert!(
+        x.is_ok() && y.is_ok(),
+        "both frames are durable, so both are acknowledged: x {x:?}, y {y:?}"
+    );
+    drop(log);
+    let mut payloads: Vec<Vec<u8>> = read_all(dir.path())
+        .into_iter()
+        .map(|record| record.payload)
+        .collect();
+    payloads[1..].sort();
+    assert_eq!(payloads, [b"a".to_vec(), b"x".to_vec(), b"y".to_vec()]);
 }

@@ -12,7 +12,11 @@
 //!
 //! A failed write or fsync poisons the writer: it acknowledges nothing more,
 //! and once no I/O is in flight it truncates the active segment back to the
-//! last fsynced byte so that nothing it refused can come back on reopen.
+//! last fsynced byte so that nothing it refused can come back on reopen. An
+//! appender waiting when the writer is poisoned first waits for the write or
+//! fsync in flight (with pipelining, an fsync issued before the poisoning may
+//! still cover its frame), then is acknowledged if its frame is durable and
+//! refused if it is not: the truncation keeps exactly the durable frames.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -224,8 +228,23 @@ impl Writer {
         let pipelined = self.options.pipelined;
         let mut delay_deadline = commit_delay.map(|delay| Instant::now() + delay);
         loop {
-            // Durable data is acknowledged even if a later group poisoned the
-            // writer meanwhile: it survives, so refusing it would be a lie.
+            if state.poisoned.is_some() {
+                // After a poisoning only what is durable survives (the
+                // writer truncates the rest). A write or fsync issued before
+                // the poisoning may still be in flight and make this frame
+                // durable: wait for it, then acknowledge the frame if it is
+                // durable and refuse it if it is not, so that nothing
+                // refused comes back on reopen and nothing acknowledged is
+                // taken back.
+                if state.writing || state.syncing {
+                    self.changed.wait(state);
+                    continue;
+                }
+                if state.durable_lsn >= end_lsn {
+                    return Ok(());
+                }
+                return self.check_poison(state);
+            }
             let done = if durable {
                 state.durable_lsn >= end_lsn
             } else {

@@ -28,8 +28,18 @@ impl From<Error> for Failure {
     }
 }
 
+/// Prints one summary row. A reader that went away (`convlog stats STORE |
+/// head -2`) ends the output quietly, as for `dump`: the rows after it are
+/// dropped and the command finishes; any other write failure is an error
+/// that stops the command (exit 1).
 pub fn row(label: &str, value: impl std::fmt::Display) {
-    println!("{label:<LABEL_WIDTH$}{value}");
+    let mut out = std::io::stdout().lock();
+    if let Err(error) = writeln!(out, "{label:<LABEL_WIDTH$}{value}") {
+        if let Err(Failure(message)) = stdout_closed(error) {
+            eprintln!("convlog: error: {message}");
+            std::process::exit(1);
+        }
+    }
 }
 
 /// Fails unless `dir` holds a store, so a mistyped path is not created.

@@ -296,3 +296,39 @@ fn add_messages_stops_reading_at_the_input_limit() {
         "{error}"
     );
 }
+
+/// Regression: `convlog stats STORE | head -1` panicked ("failed printing to
+/// stdout: Broken pipe") once the reader went away. Every command that
+/// prints ends quietly when its standard output is closed, as `dump` does.
+#[test]
+fn commands_end_quietly_when_their_reader_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let store_arg = store.to_str().unwrap();
+    let line = r#"{"type":"conversation_recorded","conversation_id":"c","entry":{"evaluation_id":"e","role":"user","content":"hi"}}"#;
+    let appended = common::run_convlog(&["append", store_arg], format!("{line}\n").as_bytes());
+    assert!(appended.status.success(), "{appended:?}");
+    for args in [
+        vec!["stats", store_arg],
+        vec!["verify", store_arg],
+        vec!["dump", store_arg],
+        vec!["resume", store_arg, "--conversation", "c"],
+    ] {
+        // The reader of the pipe is closed before the command writes.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_convlog"))
+            .args(&args)
+            .env_remove("CONVLOG_LOG")
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success() && !stderr.contains("panicked"),
+            "convlog {args:?} with its reader gone: {:?}, stderr: {stderr}",
+            output.status
+        );
+    }
+}

@@ -10,8 +10,9 @@
 //! through before letting the first go on; the outcome it asserts is the
 //! only one a correct store allows, however long that wait is.
 
+mod common;
+
 use std::io;
-use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -19,7 +20,7 @@ use std::time::Duration;
 use convlog::control::{context_created_event, ContextsReducer, ControlMessage};
 use convlog::control::{MessageControl, Principal};
 use convlog::model::{ConversationEntry, Event, Role, ToolCall, ToolStatus};
-use convlog::storage::{FileSystem, LockGuard, SealedFile, SharedBytes, Storage, StorageFile};
+use convlog::storage::StorageFile;
 use convlog::store::{AppendOptions, Expect, Store, StoreBuilder, StoreOptions};
 use convlog::Error;
 
@@ -337,8 +338,8 @@ impl StorageFile for PausingFile {
     }
 }
 
-impl PausingStorage {
-    fn wrap(&self, inner: Box<dyn StorageFile>) -> Box<dyn StorageFile> {
+impl common::FsHooks for PausingStorage {
+    fn wrap_written(&self, inner: Box<dyn StorageFile>) -> Box<dyn StorageFile> {
         Box::new(PausingFile {
             inner,
             pause: Arc::clone(&self.pause),
@@ -346,48 +347,10 @@ impl PausingStorage {
     }
 }
 
-// SAFETY: every method, `read_immutable` with its token included, delegates
-// to `FileSystem` with the same path; files may only wait at the pause.
-unsafe impl Storage for PausingStorage {
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        FileSystem.create_dir_all(path)
-    }
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        FileSystem.list_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        FileSystem.exists(path)
-    }
-    fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        FileSystem.create(path).map(|file| self.wrap(file))
-    }
-    fn open_write(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        FileSystem.open_write(path).map(|file| self.wrap(file))
-    }
-    fn open_read(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        FileSystem.open_read(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        FileSystem.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        FileSystem.remove_file(path)
-    }
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        FileSystem.sync_dir(path)
-    }
-    fn read_immutable(&self, path: &Path, sealed: SealedFile) -> io::Result<SharedBytes> {
-        FileSystem.read_immutable(path, sealed)
-    }
-    fn try_lock(&self, path: &Path) -> io::Result<LockGuard> {
-        FileSystem.try_lock(path)
-    }
-}
-
 fn pausing_options(pause: &Arc<Pause>) -> StoreOptions {
-    StoreOptions::new().storage(Arc::new(PausingStorage {
+    StoreOptions::new().storage(Arc::new(common::Hooked(PausingStorage {
         pause: Arc::clone(pause),
-    }))
+    })))
 }
 
 /// A conditional append stopped in its check (reading the conversation's

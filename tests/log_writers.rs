@@ -5,7 +5,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +12,7 @@ use std::time::Duration;
 use common::{read_all, small_segments};
 use convlog::log::format::{BATCH_EVENTS_MAX, EVENT_BYTES_MAX};
 use convlog::log::{Durability, Log, LogOptions};
-use convlog::storage::{FileSystem, LockGuard, SealedFile, SharedBytes, Storage, StorageFile};
+use convlog::storage::StorageFile;
 use convlog::Error;
 
 fn concurrent_appends(options: LogOptions, threads: usize, per_thread: usize) {
@@ -191,50 +190,12 @@ impl StorageFile for GatedFile {
     }
 }
 
-impl GatedSync {
-    fn wrap(&self, inner: Box<dyn StorageFile>) -> Box<dyn StorageFile> {
+impl common::FsHooks for GatedSync {
+    fn wrap_written(&self, inner: Box<dyn StorageFile>) -> Box<dyn StorageFile> {
         Box::new(GatedFile {
             inner,
             gate: Arc::clone(&self.gate),
         })
-    }
-}
-
-// SAFETY: every method, `read_immutable` with its token included, delegates
-// to `FileSystem` with the same path; only `sync_data` may wait at the gate.
-unsafe impl Storage for GatedSync {
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        FileSystem.create_dir_all(path)
-    }
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        FileSystem.list_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        FileSystem.exists(path)
-    }
-    fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        FileSystem.create(path).map(|file| self.wrap(file))
-    }
-    fn open_write(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        FileSystem.open_write(path).map(|file| self.wrap(file))
-    }
-    fn open_read(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        FileSystem.open_read(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        FileSystem.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        FileSystem.remove_file(path)
-    }
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        FileSystem.sync_dir(path)
-    }
-    fn read_immutable(&self, path: &Path, sealed: SealedFile) -> io::Result<SharedBytes> {
-        FileSystem.read_immutable(path, sealed)
-    }
-    fn try_lock(&self, path: &Path) -> io::Result<LockGuard> {
-        FileSystem.try_lock(path)
     }
 }
 
@@ -246,9 +207,9 @@ fn group_commit_shares_fsyncs_between_concurrent_appenders() {
     const APPENDERS: u64 = 32;
     let dir = tempfile::tempdir().unwrap();
     let gate = Arc::new(Gate::default());
-    let options = LogOptions::new().storage(Arc::new(GatedSync {
+    let options = LogOptions::new().storage(Arc::new(common::Hooked(GatedSync {
         gate: Arc::clone(&gate),
-    }));
+    })));
     let log = Arc::new(Log::open(dir.path(), options).unwrap());
     let before = log.writer_stats();
     gate.set_armed(true);
@@ -465,7 +426,6 @@ fn a_zero_periodic_interval_is_refused_per_append() {
 /// A storage that fails the n-th `sync_data` (counted across all files).
 #[derive(Debug)]
 struct FailingSync {
-    inner: FileSystem,
     syncs_left: Arc<AtomicU64>,
 }
 
@@ -500,8 +460,8 @@ impl StorageFile for FailingFile {
     }
 }
 
-impl FailingSync {
-    fn wrap(&self, file: Box<dyn StorageFile>) -> Box<dyn StorageFile> {
+impl common::FsHooks for FailingSync {
+    fn wrap_written(&self, file: Box<dyn StorageFile>) -> Box<dyn StorageFile> {
         Box::new(FailingFile {
             inner: file,
             syncs_left: Arc::clone(&self.syncs_left),
@@ -509,52 +469,13 @@ impl FailingSync {
     }
 }
 
-// SAFETY: every method, `read_immutable` with its token included, delegates
-// to `FileSystem` with the same path; only `sync_data` fails early.
-unsafe impl Storage for FailingSync {
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        self.inner.create_dir_all(path)
-    }
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
-        self.inner.list_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        self.inner.exists(path)
-    }
-    fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        self.inner.create(path).map(|file| self.wrap(file))
-    }
-    fn open_write(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        self.inner.open_write(path).map(|file| self.wrap(file))
-    }
-    fn open_read(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        self.inner.open_read(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.inner.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.inner.remove_file(path)
-    }
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        self.inner.sync_dir(path)
-    }
-    fn read_immutable(&self, path: &Path, sealed: SealedFile) -> io::Result<SharedBytes> {
-        self.inner.read_immutable(path, sealed)
-    }
-    fn try_lock(&self, path: &Path) -> io::Result<LockGuard> {
-        self.inner.try_lock(path)
-    }
-}
-
 #[test]
 fn a_failed_fsync_poisons_the_writer_and_what_it_refused_never_comes_back() {
     let dir = tempfile::tempdir().unwrap();
     let syncs_left = Arc::new(AtomicU64::new(4));
-    let options = LogOptions::new().storage(Arc::new(FailingSync {
-        inner: FileSystem,
+    let options = LogOptions::new().storage(Arc::new(common::Hooked(FailingSync {
         syncs_left: Arc::clone(&syncs_left),
-    }));
+    })));
     let log = Log::open(dir.path(), options).unwrap();
     let mut acknowledged = Vec::new();
     let failure = loop {
@@ -609,9 +530,9 @@ fn a_frame_an_fsync_in_flight_makes_durable_is_acknowledged_though_a_later_write
     let gate = Arc::new(Gate::default());
     let options = LogOptions::new()
         .pipelined(true)
-        .storage(Arc::new(GatedSync {
+        .storage(Arc::new(common::Hooked(GatedSync {
             gate: Arc::clone(&gate),
-        }));
+        })));
     let log = Arc::new(Log::open(dir.path(), options).unwrap());
     let frames_before = log.writer_stats().frames;
     let append = |payload: &'static [u8], durability: Durability| {

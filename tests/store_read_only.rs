@@ -8,7 +8,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use convlog::model::{ConversationEntry, Event, Role};
 use convlog::reducer::Reducer;
-use convlog::storage::{FileSystem, LockGuard, SealedFile, SharedBytes, Storage, StorageFile};
 use convlog::store::{Retention, Store, StoreBuilder, StoreOptions};
 use convlog::Error;
 
@@ -365,42 +364,9 @@ struct ListingCounter {
     listings: AtomicU64,
 }
 
-// SAFETY: every method delegates to `FileSystem` with the same arguments;
-// only `list_dir` also counts.
-unsafe impl Storage for ListingCounter {
-    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        FileSystem.create_dir_all(path)
-    }
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+impl common::FsHooks for ListingCounter {
+    fn on_list_dir(&self, _path: &Path) {
         self.listings.fetch_add(1, Ordering::SeqCst);
-        FileSystem.list_dir(path)
-    }
-    fn exists(&self, path: &Path) -> bool {
-        FileSystem.exists(path)
-    }
-    fn create(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        FileSystem.create(path)
-    }
-    fn open_write(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        FileSystem.open_write(path)
-    }
-    fn open_read(&self, path: &Path) -> io::Result<Box<dyn StorageFile>> {
-        FileSystem.open_read(path)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        FileSystem.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        FileSystem.remove_file(path)
-    }
-    fn sync_dir(&self, path: &Path) -> io::Result<()> {
-        FileSystem.sync_dir(path)
-    }
-    fn read_immutable(&self, path: &Path, sealed: SealedFile) -> io::Result<SharedBytes> {
-        FileSystem.read_immutable(path, sealed)
-    }
-    fn try_lock(&self, path: &Path) -> io::Result<LockGuard> {
-        FileSystem.try_lock(path)
     }
 }
 
@@ -423,12 +389,12 @@ fn a_read_only_store_reads_frames_without_listing_the_directory_for_each() {
         common::segment_paths(dir.path()).len() > 2,
         "the frames span segments"
     );
-    let counter = Arc::new(ListingCounter::default());
+    let counter = Arc::new(common::Hooked(ListingCounter::default()));
     let reader =
         Store::open_read_only(dir.path(), StoreOptions::new().storage(counter.clone())).unwrap();
-    let before = counter.listings.load(Ordering::SeqCst);
+    let before = counter.0.listings.load(Ordering::SeqCst);
     let conversation = reader.conversation("long").unwrap();
-    let listings = counter.listings.load(Ordering::SeqCst) - before;
+    let listings = counter.0.listings.load(Ordering::SeqCst) - before;
     assert_eq!(conversation.len() as u64, FRAMES);
     // Catching up with the writer lists the directory once or twice; the
     // frames add nothing.

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use convlog::log::{LogOptions, LogReader, Record};
+use convlog::storage::{FileSystem, LockGuard, SealedFile, SharedBytes, StorageFile};
 
 /// Segment files of a store, in LSN order.
 pub fn segment_paths(dir: &Path) -> Vec<PathBuf> {
@@ -90,4 +91,68 @@ pub fn env_number(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|value| value.parse().ok())
         .unwrap_or(default)
+}
+
+/// What a test's storage changes of the real file system. Everything not
+/// hooked here goes to `FileSystem` unchanged (see [`Hooked`]).
+pub trait FsHooks: Send + Sync + std::fmt::Debug + 'static {
+    /// A file opened for writing (`create`, `open_write`), to be wrapped.
+    fn wrap_written(
+        &self,
+        file: Box<dyn convlog::storage::StorageFile>,
+    ) -> Box<dyn convlog::storage::StorageFile> {
+        file
+    }
+
+    /// Called before each directory listing.
+    fn on_list_dir(&self, _path: &Path) {}
+}
+
+/// The real file system with a test's [`FsHooks`].
+#[derive(Debug)]
+pub struct Hooked<H>(pub H);
+
+// SAFETY: every method, `read_immutable` with its token included, delegates
+// to `FileSystem` with the same arguments; the hooks only wrap files opened
+// for writing (which may wait or fail, never write elsewhere) and observe
+// listings.
+unsafe impl<H: FsHooks> convlog::storage::Storage for Hooked<H> {
+    fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
+        FileSystem.create_dir_all(path)
+    }
+    fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
+        self.0.on_list_dir(path);
+        FileSystem.list_dir(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        FileSystem.exists(path)
+    }
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn StorageFile>> {
+        FileSystem
+            .create(path)
+            .map(|file| self.0.wrap_written(file))
+    }
+    fn open_write(&self, path: &Path) -> std::io::Result<Box<dyn StorageFile>> {
+        FileSystem
+            .open_write(path)
+            .map(|file| self.0.wrap_written(file))
+    }
+    fn open_read(&self, path: &Path) -> std::io::Result<Box<dyn StorageFile>> {
+        FileSystem.open_read(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        FileSystem.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        FileSystem.remove_file(path)
+    }
+    fn sync_dir(&self, path: &Path) -> std::io::Result<()> {
+        FileSystem.sync_dir(path)
+    }
+    fn read_immutable(&self, path: &Path, sealed: SealedFile) -> std::io::Result<SharedBytes> {
+        FileSystem.read_immutable(path, sealed)
+    }
+    fn try_lock(&self, path: &Path) -> std::io::Result<LockGuard> {
+        FileSystem.try_lock(path)
+    }
 }

@@ -1,0 +1,20 @@
+//! The convlog agent runner.
+//!
+//! A loop that calls a model over its provider's HTTP API, runs the tools it
+//! asks for (host tools and MCP servers), and records every step in a
+//! [`convlog::Store`] the moment it happens, so that a host killed at any
+//! point carries on with `Runner::resume` without running a finished
+//! tool twice.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+#![warn(clippy::too_many_lines)]
+
+pub mod client;
+pub mod runner;
+pub mod tools;
+
+pub use client::{
+    ApiKind, ClientConfig, Dialect, HttpClient, ModelClient, ModelError, ModelReply, ModelRequest,
+    StreamDelta,
+};
+pub use tools::{Tool, ToolContext, ToolError, ToolSpec, Toolset};

@@ -221,6 +221,10 @@ pub struct RenderOptions {
     pub display_name: Option<DisplayName>,
     /// Pass reasoning back where the provider accepts it (default true).
     pub include_reasoning: bool,
+    /// OpenAI Chat only: write an assistant's reasoning text as
+    /// `reasoning_content`, for OpenAI-compatible servers that accept or
+    /// require it. OpenAI itself rejects the field (default false).
+    pub openai_reasoning_content: bool,
 }
 
 impl Default for RenderOptions {
@@ -230,6 +234,7 @@ impl Default for RenderOptions {
             default_system_prompt: None,
             display_name: None,
             include_reasoning: true,
+            openai_reasoning_content: false,
         }
     }
 }
@@ -263,6 +268,13 @@ impl RenderOptions {
     /// Sets whether reasoning is passed back where the provider accepts it.
     pub fn include_reasoning(mut self, include_reasoning: bool) -> RenderOptions {
         self.include_reasoning = include_reasoning;
+        self
+    }
+
+    /// Sets whether OpenAI Chat messages carry `reasoning_content` (for an
+    /// OpenAI-compatible dialect that accepts it).
+    pub fn openai_reasoning_content(mut self, openai_reasoning_content: bool) -> RenderOptions {
+        self.openai_reasoning_content = openai_reasoning_content;
         self
     }
 }

@@ -18,12 +18,15 @@ use serde_json::Value;
 use crate::tools::ToolSpec;
 
 mod anthropic;
+pub mod config;
+mod framing;
 mod gemini;
 mod http;
 mod ollama;
 mod openai;
+mod reply;
 mod responses;
-#[allow(dead_code)] // until the HTTP driver uses every part
+mod retry;
 pub(crate) mod wire;
 
 pub use http::HttpClient;

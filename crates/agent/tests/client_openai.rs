@@ -480,7 +480,12 @@ async fn a_server_that_never_answers_times_out_after_each_attempt() {
 async fn a_stream_that_falls_silent_times_out_after_its_deltas() {
     let chunks = openai::text_chunks(&["Hel", "lo"]);
     let server = FakeServer::start(vec![Reply::sse(&chunks[..2], 64).then_stall()]);
-    let config = strict(&server).request_timeout(Duration::from_millis(200));
+    // The timeout must not fire before the head and first chunk, written at
+    // once, arrive: a generous one, and a single attempt so that even then
+    // the outcome is a timeout.
+    let config = strict(&server)
+        .request_timeout(Duration::from_secs(2))
+        .max_attempts(1);
     let deltas = support::Deltas::default();
     let error = call(config, &support::conversation("Hi"), &[], Some(&deltas))
         .await
@@ -642,5 +647,80 @@ async fn a_stream_with_crlf_comments_and_no_final_line_end_is_read() {
             StreamDelta::Text("Hi".into()),
             StreamDelta::Text(" there".into())
         ]
+    );
+}
+
+#[tokio::test]
+async fn an_error_status_before_a_stream_starts_is_retried() {
+    let chunks = openai::text_chunks(&["ok"]);
+    let server = FakeServer::start(vec![
+        Reply::status(503, "overloaded"),
+        openai::stream(&chunks, 16),
+    ]);
+    let deltas = support::Deltas::default();
+    let reply = call(
+        strict(&server),
+        &support::conversation("Hi"),
+        &[],
+        Some(&deltas),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.entry.content.as_deref(), Some("ok"));
+    assert_eq!(deltas.taken(), [StreamDelta::Text("ok".into())]);
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn connection_failures_are_retried() {
+    // A port that was just free: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = ClientConfig::new(ApiKind::OpenAiChat, "gpt-test")
+        .base_url(format!("http://127.0.0.1:{port}/v1"))
+        .api_key(Some("sk-test".into()))
+        .max_attempts(3)
+        .initial_backoff(Duration::from_millis(1))
+        .max_backoff(Duration::from_millis(1));
+    let error = call(config, &support::conversation("Hi"), &[], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(error.kind, ModelErrorKind::Connect(_)), "{error}");
+    assert_eq!(error.attempts, 3);
+}
+
+#[tokio::test]
+async fn error_objects_in_a_2xx_answer_and_unreadable_chunks() {
+    let body = r#"{"error": {"message": "context length exceeded", "code": 400}}"#;
+    let server = FakeServer::start(vec![
+        Reply::raw(200, "application/json", body.as_bytes().to_vec()),
+        Reply::sse(&[Value::String("{not json".into())], 64),
+    ]);
+    let entries = support::conversation("Hi");
+    let error = call(strict(&server), &entries, &[], None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.kind,
+        ModelErrorKind::Status {
+            status: 200,
+            body: body.into()
+        }
+    );
+    let error = call(
+        strict(&server),
+        &entries,
+        &[],
+        Some(&support::Deltas::default()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&error.kind, ModelErrorKind::Malformed(reason)
+            if reason.contains("a stream chunk is not JSON") && reason.contains("{not json")),
+        "{error}"
     );
 }

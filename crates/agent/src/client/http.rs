@@ -19,7 +19,8 @@
 //! Wire formats report errors with an empty `url` and `attempts` 0; the
 //! driver fills both in. A provider error event inside a stream is reported
 //! by the wire as [`ModelErrorKind::Status`] with status 0 and the event's
-//! data verbatim; the driver puts in the stream's HTTP status.
+//! data verbatim; the driver puts in the stream's HTTP status (for a whole
+//! 2xx body holding an error object, the body as received).
 
 use std::sync::Once;
 use std::time::{Duration, SystemTime};
@@ -198,9 +199,16 @@ impl HttpClient {
                         excerpt(&bytes)
                     )))
                 })?;
-                self.wire
-                    .parse(&value)
-                    .map_err(|error| Failure::from_wire(error, status))
+                self.wire.parse(&value).map_err(|error| match error.kind {
+                    // A provider error in a 2xx body: the body as sent.
+                    ModelErrorKind::Status { status: 0, .. } => {
+                        Failure::last(ModelErrorKind::Status {
+                            status,
+                            body: String::from_utf8_lossy(&bytes).into_owned(),
+                        })
+                    }
+                    _ => Failure::from_wire(error, status),
+                })
             }
         }
     }

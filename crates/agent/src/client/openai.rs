@@ -371,3 +371,116 @@ impl StreamAssembler for ChatAssembler {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sse(data: Value) -> Frame {
+        Frame::Sse {
+            event: None,
+            data: data.to_string(),
+        }
+    }
+
+    fn delta(delta: Value) -> Frame {
+        sse(json!({"choices": [{"index": 0, "delta": delta, "finish_reason": null}]}))
+    }
+
+    fn assemble(frames: &[Frame]) -> (Result<ModelReply, ModelError>, Vec<StreamDelta>) {
+        let mut assembler = OpenAiChatWire.assembler();
+        let mut out = Vec::new();
+        for frame in frames {
+            assembler.push(frame, &mut out).unwrap();
+        }
+        (assembler.finish(), out)
+    }
+
+    #[test]
+    fn fragments_without_index_and_repeated_names() {
+        let (reply, deltas) = assemble(&[
+            delta(
+                json!({"tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{\"a\""}}]}),
+            ),
+            delta(json!({"tool_calls": [{"function": {"name": "f", "arguments": ":1}"}}]})),
+            delta(
+                json!({"tool_calls": [{"id": "c2", "function": {"name": "g", "arguments": "{}"}}]}),
+            ),
+        ]);
+        let entry = reply.unwrap().entry;
+        let calls: Vec<(&str, &str, &str)> = entry
+            .tool_calls
+            .iter()
+            .map(|call| {
+                (
+                    call.call_id.as_str(),
+                    call.name.as_str(),
+                    call.arguments.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(calls, [("c1", "f", "{\"a\":1}"), ("c2", "g", "{}")]);
+        assert_eq!(deltas.len(), 3);
+        assert!(matches!(
+            &deltas[1],
+            StreamDelta::ToolCall {
+                index: 0,
+                id: None,
+                ..
+            }
+        ));
+        assert!(matches!(&deltas[2], StreamDelta::ToolCall { index: 1, .. }));
+    }
+
+    #[test]
+    fn a_call_without_an_id_or_a_wild_index_is_malformed() {
+        let (reply, _) = assemble(&[delta(
+            json!({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "{}"}}]}),
+        )]);
+        let error = reply.unwrap_err();
+        assert!(
+            error.to_string().contains("tool call 0 has no id"),
+            "{error}"
+        );
+        let mut assembler = OpenAiChatWire.assembler();
+        let error = assembler
+            .push(
+                &delta(json!({"tool_calls": [{"index": 100000, "id": "x"}]})),
+                &mut Vec::new(),
+            )
+            .unwrap_err();
+        assert!(error.to_string().contains("index 100000"), "{error}");
+    }
+
+    #[test]
+    fn whole_answers_from_compatible_servers() {
+        let body = json!({"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "content": "",
+            "reasoning": "because",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        }}]});
+        let entry = OpenAiChatWire.parse(&body).unwrap().entry;
+        assert_eq!(entry.content, None, "empty text beside calls is no text");
+        assert_eq!(
+            entry
+                .reasoning
+                .and_then(|reasoning| reasoning.text)
+                .as_deref(),
+            Some("because")
+        );
+        assert_eq!(entry.finish_reason.as_deref(), Some("tool_calls"));
+        let error = OpenAiChatWire
+            .parse(&json!({"choices": [{"message": "hi"}]}))
+            .unwrap_err();
+        assert!(error.to_string().contains("no message object"), "{error}");
+    }
+
+    #[test]
+    fn ndjson_frames_are_refused() {
+        let mut assembler = OpenAiChatWire.assembler();
+        let error = assembler
+            .push(&Frame::Line("{}".into()), &mut Vec::new())
+            .unwrap_err();
+        assert!(error.to_string().contains("SSE"), "{error}");
+    }
+}

@@ -673,14 +673,15 @@ async fn an_error_status_before_a_stream_starts_is_retried() {
 
 #[tokio::test]
 async fn connection_failures_are_retried() {
-    // A port that was just free: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+    // A port just freed on 127.0.0.2, where no fake server of a parallel
+    // test (they bind 127.0.0.1) can take it: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.2:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let config = ClientConfig::new(ApiKind::OpenAiChat, "gpt-test")
-        .base_url(format!("http://127.0.0.1:{port}/v1"))
+        .base_url(format!("http://127.0.0.2:{port}/v1"))
         .api_key(Some("sk-test".into()))
         .max_attempts(3)
         .initial_backoff(Duration::from_millis(1))

@@ -280,6 +280,17 @@ mod tests {
     }
 
     #[test]
+    fn the_debug_form_shows_neither_the_key_nor_header_values() {
+        let config = ClientConfig::new(ApiKind::OpenAiChat, "gpt-4o")
+            .api_key(Some("sk-secret-key".to_string()))
+            .header("x-other-secret", "hidden-value");
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("sk-secret-key"), "{printed}");
+        assert!(!printed.contains("hidden-value"), "{printed}");
+        assert!(printed.contains("<redacted>") && printed.contains("x-other-secret"));
+    }
+
+    #[test]
     fn defaults_per_kind() {
         let none = env_of(&[]);
         let openai = ClientConfig::with_env(ApiKind::OpenAiChat, "gpt", &none);

@@ -79,8 +79,8 @@ pub struct Dialect {
     pub extra_body: BTreeMap<String, Value>,
 }
 
-/// How a client reaches one model.
-#[derive(Debug, Clone)]
+/// How a client reaches one model. Its `Debug` form never shows the key.
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct ClientConfig {
     /// The wire format.
@@ -116,6 +116,28 @@ pub struct ClientConfig {
     /// Ask the model to reason: a budget in tokens where the API takes one
     /// (Anthropic thinking, Gemini thinking budget), an effort otherwise.
     pub reasoning: Option<Reasoning>,
+}
+
+impl fmt::Debug for ClientConfig {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let header_names: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        formatter
+            .debug_struct("ClientConfig")
+            .field("api", &self.api)
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("headers", &header_names)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("max_attempts", &self.max_attempts)
+            .field("initial_backoff", &self.initial_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .field("max_tokens", &self.max_tokens)
+            .field("temperature", &self.temperature)
+            .field("reasoning", &self.reasoning)
+            .finish()
+    }
 }
 
 /// Reasoning requested from the model.

@@ -179,7 +179,8 @@ impl Wire for GeminiWire {
 /// `schema` (JSON Schema) as Gemini's `Schema`: only [`SCHEMA_KEYWORDS`]
 /// kept, recursively through `properties`, `items` and `anyOf`; a `type`
 /// list such as `["string", "null"]` becomes `type` + `nullable: true` (a
-/// `null` in `enum` likewise); a `const` becomes a one-value `enum` (typed
+/// `null` in `enum` likewise, and other enum values become strings, the
+/// only enum values Gemini takes); a `const` becomes a one-value `enum` (typed
 /// `string` when it is one and no type is given).
 pub fn gemini_schema(schema: &Value) -> Value {
     let Value::Object(object) = schema else {
@@ -230,10 +231,14 @@ pub fn gemini_schema(schema: &Value) -> Value {
             }
             "enum" => {
                 if let Value::Array(values) = value {
+                    // Gemini's enum is a list of strings.
                     let values: Vec<Value> = values
                         .iter()
                         .filter(|value| !value.is_null())
-                        .cloned()
+                        .map(|value| match value {
+                            Value::String(_) => value.clone(),
+                            other => json!(other.to_string()),
+                        })
                         .collect();
                     if values.len() < value.as_array().map_or(0, Vec::len) {
                         out.insert("nullable".into(), json!(true));

@@ -224,14 +224,16 @@ fn schemas_keep_only_what_gemini_accepts() {
         "$schema": "http://json-schema.org/draft-07/schema#", "$id": "x", "type": "object",
         "additionalProperties": false, "$defs": {}, "properties": {
             "additionalProperties": {"type": "string", "default": "kept: a property name, not a keyword"},
-            "list": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}], "examples": [1]}
+            "list": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}], "examples": [1]},
+            "level": {"type": "integer", "enum": [1, 2, 3]}
         }
     });
     assert_eq!(
         gemini_schema(&schema),
         json!({"type": "object", "properties": {
             "additionalProperties": {"type": "string", "default": "kept: a property name, not a keyword"},
-            "list": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]}
+            "list": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]},
+            "level": {"type": "integer", "enum": ["1", "2", "3"]}
         }})
     );
 }

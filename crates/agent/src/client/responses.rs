@@ -13,6 +13,10 @@
 //!   ["reasoning.encrypted_content"]`, so reasoning items come back with the
 //!   encrypted content the mapper sends back (stateless, `store: false`).
 //!   [`Reasoning::Budget`] is a request error (Responses takes an effort).
+//!   Under `store: false` a reasoning item without `encrypted_content` (a
+//!   reply from a reasoning model called without an effort) cannot be sent
+//!   back: it is left out and the ids of its run's other items dropped (see
+//!   [`stateless_input`]).
 //! - Reply: the `output` items ingested by convlog's Responses mapper as one
 //!   assistant entry (reasoning items with id, summary and
 //!   `encrypted_content`, messages with their item ids, function calls with
@@ -80,6 +84,9 @@ impl Wire for ResponsesWire {
         stream: bool,
     ) -> Result<Value, ModelError> {
         let mut body = support::rendered_body(Provider::OpenAiResponses, request)?;
+        if let Some(Value::Array(input)) = body.get_mut("input") {
+            stateless_input(input);
+        }
         body.insert("model".into(), json!(config.model));
         if !request.tools.is_empty() {
             let tools: Vec<Value> = request
@@ -172,6 +179,86 @@ impl Wire for ResponsesWire {
     fn assembler(&self) -> Box<dyn StreamAssembler> {
         Box::new(ResponsesAssembler::default())
     }
+}
+
+/// Makes `input` valid under `store: false`, where the API looks up by id
+/// any item it cannot read by itself and answers 404 ("Items are not
+/// persisted when `store` is set to false"): a reasoning item without
+/// `encrypted_content` (recorded from a reply that did not ask for it — a
+/// reasoning model reasons even when no effort is set) is left out, and the
+/// other items of its assistant run lose their ids, which would otherwise
+/// name the missing reasoning item as their required predecessor: a
+/// function call just drops `id`, a message becomes the plain
+/// `{"role": "assistant", "content": text}` the mapper writes for a message
+/// without an id.
+fn stateless_input(input: &mut Vec<Value>) {
+    let is_kind = |item: &Value, kind: &str| item.get("type").and_then(Value::as_str) == Some(kind);
+    let assistant_side = |item: &Value| {
+        is_kind(item, "reasoning")
+            || is_kind(item, "function_call")
+            || item.get("role").and_then(Value::as_str) == Some("assistant")
+    };
+    let mut at = 0;
+    while at < input.len() {
+        let end = at
+            + input[at..]
+                .iter()
+                .position(|item| !assistant_side(item))
+                .unwrap_or(input.len() - at);
+        if end == at {
+            at += 1;
+            continue;
+        }
+        let unreadable = |item: &Value| {
+            is_kind(item, "reasoning")
+                && item
+                    .get("encrypted_content")
+                    .is_none_or(|content| !content.is_string())
+        };
+        let dropped = input[at..end]
+            .iter()
+            .filter(|item| unreadable(item))
+            .count();
+        if dropped > 0 {
+            let run: Vec<Value> = input
+                .drain(at..end)
+                .filter(|item| !unreadable(item))
+                .map(anonymous)
+                .collect();
+            let kept = run.len();
+            input.splice(at..at, run);
+            at += kept;
+        } else {
+            at = end;
+        }
+    }
+}
+
+/// An assistant-side item without its id (see [`stateless_input`]); a
+/// reasoning item (one with encrypted content, the others are gone) keeps
+/// its id, which the API needs with it.
+fn anonymous(mut item: Value) -> Value {
+    let kind = item.get("type").and_then(Value::as_str);
+    if kind == Some("reasoning") {
+        return item;
+    }
+    if kind == Some("message") {
+        let text: String = item
+            .get("content")
+            .and_then(Value::as_array)
+            .map(|parts| {
+                parts
+                    .iter()
+                    .filter_map(|part| part.get("text").and_then(Value::as_str))
+                    .collect()
+            })
+            .unwrap_or_default();
+        return json!({"role": "assistant", "content": text});
+    }
+    if let Value::Object(object) = &mut item {
+        object.remove("id");
+    }
+    item
 }
 
 /// An output item as the mapper reads it: a reasoning item without its raw

@@ -474,3 +474,53 @@ fn failed_error_and_cut_streams_are_errors() {
         }
     );
 }
+
+#[test]
+fn reasoning_without_encrypted_content_is_not_sent_back_under_store_false() {
+    // A reasoning model called without an effort: its reasoning item has no
+    // encrypted content, which `store: false` cannot look up by id.
+    let mut bare = reasoning_item();
+    bare.as_object_mut().unwrap().remove("encrypted_content");
+    let mut signed = reasoning_item();
+    signed["id"] = json!("rs_signed");
+    let first = response(
+        "completed",
+        json!([
+            bare,
+            message("msg_1", "Checking."),
+            call("fc_1", "call_time1", "get_time", "{}")
+        ]),
+    );
+    let reply = ResponsesWire.parse(&first).unwrap();
+    let mut entries = continued(&reply);
+    // A later turn whose reasoning did come with encrypted content keeps it.
+    let second = response(
+        "completed",
+        json!([signed.clone(), message("msg_2", "It is noon.")]),
+    );
+    let mut later = ResponsesWire.parse(&second).unwrap().entry;
+    later.evaluation_id = "e1".to_string();
+    later.sequence = 4;
+    later.turn = 2;
+    entries.push(later);
+    let body = ResponsesWire
+        .body(
+            &responses(),
+            &request(&entries, &[], &RenderOptions::new()),
+            false,
+        )
+        .unwrap();
+    assert_valid_body(Provider::OpenAiResponses, &body, FIELDS);
+    let input = body["input"].as_array().unwrap();
+    assert_eq!(
+        input[2..],
+        [
+            json!({"role": "assistant", "content": "Checking."}),
+            json!({"type": "function_call", "call_id": "call_time1", "name": "get_time", "arguments": "{}"}),
+            json!({"type": "function_call_output", "call_id": "call_time1", "output": "18C"}),
+            signed,
+            json!({"type": "message", "id": "msg_2", "role": "assistant", "status": "completed",
+                   "content": [{"type": "output_text", "text": "It is noon.", "annotations": []}]}),
+        ]
+    );
+}

@@ -13,7 +13,10 @@
 //!   (the answer keeps its default room); a configured `max_tokens` at or
 //!   below the budget is a request error; a temperature other than 1 is
 //!   refused with thinking. [`Reasoning::Effort`] is a request error
-//!   (Messages takes a budget).
+//!   (Messages takes a budget). Thinking cannot be switched on in the middle
+//!   of a tool-use loop: when the request continues one whose assistant
+//!   message holds no thinking block, `thinking` is left out of that request
+//!   (see [`tool_loop_without_thinking`]).
 //! - Reply: `content` blocks ingested by convlog's Anthropic mapper as one
 //!   assistant message (thinking blocks keep their signatures,
 //!   `redacted_thinking` its data, `tool_use` its id); `finish_reason` is
@@ -111,7 +114,11 @@ impl Wire for AnthropicWire {
         if let Some(temperature) = config.temperature {
             body.insert("temperature".into(), json!(temperature));
         }
-        if let Some(budget) = budget {
+        let loop_without_thinking = body
+            .get("messages")
+            .and_then(Value::as_array)
+            .is_some_and(|messages| tool_loop_without_thinking(messages));
+        if let Some(budget) = budget.filter(|_| !loop_without_thinking) {
             body.insert(
                 "thinking".into(),
                 json!({"type": "enabled", "budget_tokens": budget}),
@@ -182,6 +189,34 @@ fn max_tokens(config: &ClientConfig, budget: Option<u32>) -> Result<u32, ModelEr
         Some(max) => Ok(max),
         None => Ok(budget.saturating_add(DEFAULT_MAX_TOKENS)),
     }
+}
+
+/// Whether `messages` continue a tool-use loop (they end with the user's
+/// `tool_result`s) whose assistant message does not start with a thinking
+/// block. With thinking enabled the API refuses that ("a final `assistant`
+/// message must start with a thinking block"): thinking cannot be switched
+/// on in the middle of an assistant turn, so it is left off for such a
+/// request (a history whose calls came from another provider or model, or
+/// rendered without reasoning).
+fn tool_loop_without_thinking(messages: &[Value]) -> bool {
+    let [.., assistant, user] = messages else {
+        return false;
+    };
+    let first_type = |message: &Value| {
+        message
+            .get("content")
+            .and_then(Value::as_array)
+            .and_then(|blocks| blocks.first())
+            .and_then(|block| block.get("type"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    assistant.get("role").and_then(Value::as_str) == Some("assistant")
+        && first_type(user).as_deref() == Some("tool_result")
+        && !matches!(
+            first_type(assistant).as_deref(),
+            Some("thinking" | "redacted_thinking")
+        )
 }
 
 /// The neutral finish reason of an Anthropic `stop_reason`.

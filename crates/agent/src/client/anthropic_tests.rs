@@ -466,3 +466,46 @@ fn stream_errors_and_cut_streams_are_errors() {
         matches!(reply.unwrap_err().kind, ModelErrorKind::Malformed(reason) if reason.contains("not JSON"))
     );
 }
+
+#[test]
+fn thinking_is_not_switched_on_in_the_middle_of_a_tool_loop() {
+    let render = RenderOptions::new();
+    let thinking = reasoning(anthropic(), Reasoning::Budget(2048));
+    // The calls came without thinking (another model, or thinking off):
+    // the API refuses thinking for the request that answers them.
+    let plain = continued(&AnthropicWire.parse(&tools_reply()).unwrap());
+    let body = AnthropicWire
+        .body(&thinking, &request(&plain, &[], &render), false)
+        .unwrap();
+    assert_valid_body(Provider::Anthropic, &body, FIELDS);
+    assert!(body.get("thinking").is_none(), "{body}");
+    // Calls made with thinking: it goes on, its blocks sent back first.
+    let signed = continued(&AnthropicWire.parse(&thinking_reply()).unwrap());
+    let body = AnthropicWire
+        .body(&thinking, &request(&signed, &[], &render), false)
+        .unwrap();
+    assert_eq!(body["thinking"]["budget_tokens"], 2048);
+    assert_eq!(body["messages"][1]["content"][0]["type"], "thinking");
+    // The same history rendered without reasoning: thinking left off again.
+    let no_reasoning = RenderOptions::new().include_reasoning(false);
+    let body = AnthropicWire
+        .body(&thinking, &request(&signed, &[], &no_reasoning), false)
+        .unwrap();
+    assert!(body.get("thinking").is_none(), "{body}");
+    // A new user turn after a finished answer starts a new assistant turn.
+    // (A user text merged into the message of tool results is still counted
+    // as the loop: leaving thinking off is valid either way.)
+    let mut next = continued(&AnthropicWire.parse(&text_reply()).unwrap());
+    let mut user = convlog::ConversationEntry::new(
+        "e1",
+        3,
+        convlog::Role::User,
+        Some("And tomorrow?".to_string()),
+    );
+    user.turn = 1;
+    next.push(user);
+    let body = AnthropicWire
+        .body(&thinking, &request(&next, &[], &render), false)
+        .unwrap();
+    assert_eq!(body["thinking"]["type"], "enabled");
+}

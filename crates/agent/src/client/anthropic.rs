@@ -25,10 +25,9 @@
 //!   `refusal` → `content_filter`, anything else kept verbatim. Usage:
 //!   input = `input_tokens` + cache creation + cache read tokens.
 //! - Errors (`{"type": "error", "error": {"type", "message"}}`, whole or as
-//!   a stream `error` event): [`ModelErrorKind::Status`] with the body
-//!   verbatim and the HTTP status Anthropic documents for the error type
-//!   (see [`error_status`]), so an `overloaded_error` in a stream is retried
-//!   like a 529.
+//!   a stream `error` event): [`ModelErrorKind::Status`] with status 0 (the
+//!   driver puts in the HTTP status) and the provider's text verbatim (a
+//!   stream event's data as sent).
 //! - Stream: events `message_start`, `content_block_start` / `_delta` /
 //!   `_stop`, `message_delta`, `message_stop` (ends it), `ping` (ignored),
 //!   `error`. The blocks are rebuilt into the whole message and read by the
@@ -129,7 +128,7 @@ impl Wire for AnthropicWire {
 
     fn parse(&self, body: &Value) -> Result<ModelReply, ModelError> {
         if body.get("type").and_then(Value::as_str) == Some("error") {
-            return Err(anthropic_error(body));
+            return Err(provider_error(body.to_string()));
         }
         let content = body
             .get("content")
@@ -229,33 +228,6 @@ fn finish_reason(stop_reason: &str) -> String {
         other => other,
     }
     .to_string()
-}
-
-/// The HTTP status Anthropic documents for an error type (500 for a type it
-/// does not list).
-pub(crate) fn error_status(error_type: &str) -> u16 {
-    match error_type {
-        "invalid_request_error" => 400,
-        "authentication_error" => 401,
-        "billing_error" => 402,
-        "permission_error" => 403,
-        "not_found_error" => 404,
-        "request_too_large" => 413,
-        "rate_limit_error" => 429,
-        "timeout_error" => 504,
-        "overloaded_error" => 529,
-        _ => 500,
-    }
-}
-
-/// An Anthropic error body (`{"type": "error", "error": {...}}`) as a model
-/// error, verbatim.
-fn anthropic_error(body: &Value) -> ModelError {
-    let error_type = body
-        .pointer("/error/type")
-        .and_then(Value::as_str)
-        .unwrap_or("api_error");
-    provider_error(error_status(error_type), body)
 }
 
 /// One content block being streamed.
@@ -441,7 +413,7 @@ impl StreamAssembler for AnthropicAssembler {
                 self.stopped = true;
                 return Ok(true);
             }
-            "error" => return Err(anthropic_error(&event)),
+            "error" => return Err(provider_error(data.clone())),
             // `ping` and events this client does not use.
             _ => {}
         }

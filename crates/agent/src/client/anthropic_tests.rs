@@ -317,13 +317,13 @@ fn an_error_body_is_the_providers_error_verbatim() {
     assert_eq!(
         err.kind,
         ModelErrorKind::Status {
-            status: 529,
+            status: 0,
             body: error_reply().to_string()
         }
     );
     let invalid = json!({"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens: Field required"}});
     match AnthropicWire.parse(&invalid).unwrap_err().kind {
-        ModelErrorKind::Status { status: 400, body } => {
+        ModelErrorKind::Status { status: 0, body } => {
             assert!(body.contains("max_tokens: Field required"))
         }
         other => panic!("{other:?}"),
@@ -440,7 +440,7 @@ fn stream_errors_and_cut_streams_are_errors() {
     assert_eq!(
         reply.unwrap_err().kind,
         ModelErrorKind::Status {
-            status: 529,
+            status: 0,
             body: error_reply().to_string()
         }
     );
@@ -508,4 +508,25 @@ fn thinking_is_not_switched_on_in_the_middle_of_a_tool_loop() {
         .body(&thinking, &request(&next, &[], &render), false)
         .unwrap();
     assert_eq!(body["thinking"]["type"], "enabled");
+}
+
+#[test]
+fn a_stream_error_event_is_kept_as_sent() {
+    let data =
+        r#"{"type": "error",  "error": {"message": "Overloaded", "type": "overloaded_error"}}"#;
+    let frames = [
+        events(&text_reply(), 4)[0].clone(),
+        Frame::Sse {
+            event: Some("error".to_string()),
+            data: data.to_string(),
+        },
+    ];
+    let (_, reply) = run_stream(AnthropicWire.assembler(), &frames, None);
+    assert_eq!(
+        reply.unwrap_err().kind,
+        ModelErrorKind::Status {
+            status: 0,
+            body: data.to_string()
+        }
+    );
 }

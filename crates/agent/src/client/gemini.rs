@@ -21,16 +21,18 @@
 //!   `BLOCKLIST`, `PROHIBITED_CONTENT`, `SPII`, `IMAGE_SAFETY` →
 //!   `content_filter`, others lower-cased verbatim. Usage from
 //!   `usageMetadata` (output = candidates + thoughts tokens).
-//! - Errors: an `{"error": {"code", "message", "status"}}` body (whole, or as
-//!   a stream chunk) is [`ModelErrorKind::Status`] with `code` as the status
-//!   and the body verbatim; a reply with no candidate (prompt blocked,
-//!   `promptFeedback`) or a candidate with no content (finish reason
-//!   `SAFETY`, ...) is a status-200 error with the body verbatim.
+//! - Errors: an `{"error": {"code", "message", "status"}}` body (whole, or
+//!   as a stream chunk), a reply with no candidate (prompt blocked,
+//!   `promptFeedback`) and a candidate with no content (finish reason
+//!   `SAFETY`, ...) are [`ModelErrorKind::Status`] with status 0 (the driver
+//!   puts in the HTTP status) and the provider's text verbatim (a stream
+//!   chunk's data as sent).
 //! - Stream (`alt=sse`): each event's data is a whole
-//!   `GenerateContentResponse` chunk. There is no end event: `push` never
-//!   returns `true`; the driver calls `finish` at the end of the body, and
-//!   `finish` refuses a stream in which no chunk carried a `finishReason`
-//!   (cut short).
+//!   `GenerateContentResponse` chunk. There is no end event: the chunk that
+//!   carries the `finishReason` (with the final `usageMetadata`) is the last
+//!   one Gemini sends, so `push` returns `true` on it; a stream that ends
+//!   before it is cut short (the driver reports it, and `finish` refuses a
+//!   stream in which no chunk carried a finish reason).
 
 use serde_json::{json, Map, Value};
 
@@ -143,16 +145,16 @@ impl Wire for GeminiWire {
     }
 
     fn parse(&self, body: &Value) -> Result<ModelReply, ModelError> {
-        if let Some(error) = gemini_error(body) {
-            return Err(error);
+        if is_error(body) {
+            return Err(provider_error(body.to_string()));
         }
         let candidate = body
             .pointer("/candidates/0")
-            .ok_or_else(|| provider_error(200, body))?;
+            .ok_or_else(|| provider_error(body.to_string()))?;
         let parts = match candidate.pointer("/content/parts") {
             Some(Value::Array(parts)) if !parts.is_empty() => parts.clone(),
             // No content: blocked (SAFETY, ...) or empty; the body says why.
-            _ => return Err(provider_error(200, body)),
+            _ => return Err(provider_error(body.to_string())),
         };
         let parts = join_parts(parts.into_iter());
         let message = json!([{"role": "model", "parts": parts}]);
@@ -255,15 +257,9 @@ pub fn gemini_schema(schema: &Value) -> Value {
     Value::Object(out)
 }
 
-/// A Gemini `{"error": {...}}` body as a model error (status: its `code`).
-fn gemini_error(body: &Value) -> Option<ModelError> {
-    let error = body.get("error")?;
-    let status = error
-        .get("code")
-        .and_then(Value::as_u64)
-        .and_then(|code| u16::try_from(code).ok())
-        .unwrap_or(500);
-    Some(provider_error(status, body))
+/// Whether `body` is a Gemini `{"error": {...}}` body.
+fn is_error(body: &Value) -> bool {
+    body.get("error").is_some_and(Value::is_object)
 }
 
 /// The neutral finish reason of a Gemini `finishReason`.
@@ -339,8 +335,10 @@ struct GeminiAssembler {
     calls: usize,
     finish_reason: Option<Value>,
     usage: Option<Value>,
-    /// The last chunk, for an error that needs the body.
-    last: Value,
+    /// The last chunk as sent, for an error that needs it.
+    last: String,
+    /// Whether the last chunk holds a `promptFeedback` (a blocked prompt).
+    blocked: bool,
 }
 
 impl GeminiAssembler {
@@ -382,8 +380,8 @@ impl StreamAssembler for GeminiAssembler {
             return Ok(false);
         }
         let chunk = event_json(Provider::Gemini, data)?;
-        if let Some(error) = gemini_error(&chunk) {
-            return Err(error);
+        if is_error(&chunk) {
+            return Err(provider_error(data.clone()));
         }
         if let Some(candidate) = chunk.pointer("/candidates/0") {
             if let Some(Value::Array(parts)) = candidate.pointer("/content/parts") {
@@ -396,14 +394,15 @@ impl StreamAssembler for GeminiAssembler {
         if let Some(usage) = chunk.get("usageMetadata") {
             self.usage = Some(usage.clone());
         }
-        self.last = chunk;
-        Ok(false)
+        self.blocked = chunk.get("promptFeedback").is_some();
+        self.last = data.clone();
+        Ok(self.finish_reason.is_some())
     }
 
     fn finish(self: Box<Self>) -> Result<ModelReply, ModelError> {
         let Some(finish_reason) = self.finish_reason else {
-            if self.last.get("promptFeedback").is_some() {
-                return Err(provider_error(200, &self.last));
+            if self.blocked {
+                return Err(provider_error(self.last));
             }
             return Err(malformed(
                 "the Gemini stream ended before any chunk carried a finishReason",
@@ -411,7 +410,7 @@ impl StreamAssembler for GeminiAssembler {
         };
         if self.parts.is_empty() {
             // Blocked or empty: the last chunk is what the provider said.
-            return Err(provider_error(200, &self.last));
+            return Err(provider_error(self.last));
         }
         let mut body = Map::new();
         body.insert(

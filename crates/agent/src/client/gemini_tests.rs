@@ -365,7 +365,7 @@ fn errors_blocks_and_safety_stops_are_the_providers_words_verbatim() {
     assert_eq!(
         GeminiWire.parse(&quota).unwrap_err().kind,
         ModelErrorKind::Status {
-            status: 429,
+            status: 0,
             body: quota.to_string()
         }
     );
@@ -375,7 +375,7 @@ fn errors_blocks_and_safety_stops_are_the_providers_words_verbatim() {
     assert_eq!(
         GeminiWire.parse(&safety).unwrap_err().kind,
         ModelErrorKind::Status {
-            status: 200,
+            status: 0,
             body: safety.to_string()
         }
     );
@@ -383,7 +383,7 @@ fn errors_blocks_and_safety_stops_are_the_providers_words_verbatim() {
     assert_eq!(
         GeminiWire.parse(&blocked).unwrap_err().kind,
         ModelErrorKind::Status {
-            status: 200,
+            status: 0,
             body: blocked.to_string()
         }
     );
@@ -409,7 +409,8 @@ fn streams_assemble_to_the_whole_reply() {
         let parsed = GeminiWire.parse(&whole).unwrap();
         for (size, trailing) in [(1, false), (4, true), (9, false), (1000, true)] {
             let frames = chunks(&whole, size, trailing);
-            let (deltas, streamed) = run_stream(GeminiWire.assembler(), &frames, None);
+            let (deltas, streamed) =
+                run_stream(GeminiWire.assembler(), &frames, Some(frames.len() - 1));
             assert_eq!(
                 normalise(&streamed.unwrap()),
                 normalise(&parsed),
@@ -455,17 +456,34 @@ fn a_stream_without_a_finish_reason_or_with_an_error_is_an_error() {
     assert_eq!(
         reply.unwrap_err().kind,
         ModelErrorKind::Status {
-            status: 503,
+            status: 0,
             body: overloaded.to_string()
         }
     );
     let safety = json!({"candidates": [{"finishReason": "SAFETY", "index": 0}]});
-    let (_, reply) = run_stream(GeminiWire.assembler(), &[sse(&safety)], None);
+    let (_, reply) = run_stream(GeminiWire.assembler(), &[sse(&safety)], Some(0));
     assert_eq!(
         reply.unwrap_err().kind,
         ModelErrorKind::Status {
-            status: 200,
+            status: 0,
             body: safety.to_string()
+        }
+    );
+}
+
+#[test]
+fn a_stream_error_chunk_is_kept_as_sent() {
+    let data = r#"{"error": {"code": 503,   "message": "The model is overloaded.", "status": "UNAVAILABLE"}}"#;
+    let frames = [Frame::Sse {
+        event: None,
+        data: data.to_string(),
+    }];
+    let (_, reply) = run_stream(GeminiWire.assembler(), &frames, None);
+    assert_eq!(
+        reply.unwrap_err().kind,
+        ModelErrorKind::Status {
+            status: 0,
+            body: data.to_string()
         }
     );
 }

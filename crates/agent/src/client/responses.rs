@@ -30,8 +30,9 @@
 //!   reply, as a truncated answer is for the other formats, not an error.
 //! - Errors: `status: "failed"` (its `error`), a top-level `error` body, and
 //!   the stream's `response.failed` and `error` events are
-//!   [`ModelErrorKind::Status`] with the body verbatim and the status the
-//!   error code stands for ([`error_status`]).
+//!   [`ModelErrorKind::Status`] with status 0 (the driver puts in the HTTP
+//!   status) and the provider's text verbatim (a stream event's data as
+//!   sent).
 //! - Stream: text, refusal, reasoning summary and reasoning text deltas and
 //!   function-call fragments are handed on as they arrive;
 //!   `response.completed` / `response.incomplete` end it and carry the whole
@@ -135,7 +136,7 @@ impl Wire for ResponsesWire {
     fn parse(&self, body: &Value) -> Result<ModelReply, ModelError> {
         let status = body.get("status").and_then(Value::as_str);
         if status == Some("failed") || (status.is_none() && body.get("error").is_some()) {
-            return Err(responses_error(body));
+            return Err(provider_error(body.to_string()));
         }
         if !matches!(status, Some("completed" | "incomplete")) {
             return Err(malformed(format!(
@@ -286,30 +287,6 @@ fn mapper_item(item: &Value, refused: &mut bool) -> Value {
         _ => {}
     }
     item
-}
-
-/// The HTTP status an OpenAI error code stands for: 429 for rate limits,
-/// 500 for server errors, 400 otherwise (a failure retrying will not mend).
-pub(crate) fn error_status(code: Option<&str>) -> u16 {
-    match code {
-        Some("rate_limit_exceeded") => 429,
-        Some("server_error" | "internal_error") => 500,
-        _ => 400,
-    }
-}
-
-/// A failed response, an error body or an `error` event, verbatim.
-fn responses_error(body: &Value) -> ModelError {
-    let error = body
-        .get("error")
-        .or_else(|| body.pointer("/response/error"))
-        .filter(|error| error.is_object())
-        .unwrap_or(body);
-    let code = error
-        .get("code")
-        .and_then(Value::as_str)
-        .or_else(|| error.get("type").and_then(Value::as_str));
-    provider_error(error_status(code), body)
 }
 
 /// Assembles a streamed Responses reply.
@@ -466,7 +443,7 @@ impl StreamAssembler for ResponsesAssembler {
                 self.response = Some(response.clone());
                 return Ok(true);
             }
-            "response.failed" | "error" => return Err(responses_error(&event)),
+            "response.failed" | "error" => return Err(provider_error(data.clone())),
             // response.created, response.in_progress, *.done, ...
             _ => {}
         }

@@ -358,7 +358,7 @@ fn incomplete_refused_failed_and_error_bodies() {
     assert_eq!(
         ResponsesWire.parse(&failed).unwrap_err().kind,
         ModelErrorKind::Status {
-            status: 500,
+            status: 0,
             body: failed.to_string()
         }
     );
@@ -366,7 +366,7 @@ fn incomplete_refused_failed_and_error_bodies() {
     assert_eq!(
         ResponsesWire.parse(&error).unwrap_err().kind,
         ModelErrorKind::Status {
-            status: 429,
+            status: 0,
             body: error.to_string()
         }
     );
@@ -460,7 +460,7 @@ fn failed_error_and_cut_streams_are_errors() {
     assert_eq!(
         reply.unwrap_err().kind,
         ModelErrorKind::Status {
-            status: 500,
+            status: 0,
             body: event.to_string()
         }
     );
@@ -469,7 +469,7 @@ fn failed_error_and_cut_streams_are_errors() {
     assert_eq!(
         reply.unwrap_err().kind,
         ModelErrorKind::Status {
-            status: 429,
+            status: 0,
             body: error.to_string()
         }
     );
@@ -522,5 +522,22 @@ fn reasoning_without_encrypted_content_is_not_sent_back_under_store_false() {
             json!({"type": "message", "id": "msg_2", "role": "assistant", "status": "completed",
                    "content": [{"type": "output_text", "text": "It is noon.", "annotations": []}]}),
         ]
+    );
+}
+
+#[test]
+fn a_stream_error_event_is_kept_as_sent() {
+    let data = r#"{"type":"error","sequence_number":1,"code":"server_error","message":"An error occurred.",   "param":null}"#;
+    let frames = [Frame::Sse {
+        event: Some("error".to_string()),
+        data: data.to_string(),
+    }];
+    let (_, reply) = run_stream(ResponsesWire.assembler(), &frames, None);
+    assert_eq!(
+        reply.unwrap_err().kind,
+        ModelErrorKind::Status {
+            status: 0,
+            body: data.to_string()
+        }
     );
 }

@@ -15,11 +15,11 @@ use super::super::{ModelError, ModelErrorKind, ModelRequest, StreamDelta, Usage}
 pub(crate) const PLACEHOLDER_EVALUATION_ID: &str = "";
 
 /// A model error from a wire format. The wire format knows neither the URL
-/// nor the attempt count: the HTTP driver sets both on the way out.
+/// nor the attempt count (empty and 0 here): the HTTP driver fills both in.
 pub(crate) fn error(kind: ModelErrorKind) -> ModelError {
     ModelError {
         kind,
-        attempts: 1,
+        attempts: 0,
         url: String::new(),
     }
 }
@@ -34,12 +34,15 @@ pub(crate) fn request_error(reason: impl Into<String>) -> ModelError {
     error(ModelErrorKind::Request(reason.into()))
 }
 
-/// A provider's error, its body verbatim, with the HTTP status that error
-/// stands for (the stream itself answered 200).
-pub(crate) fn provider_error(status: u16, body: &Value) -> ModelError {
+/// A provider error inside a 2xx answer (an error object, a stream's error
+/// event, a reply with nothing in it): its text verbatim, as a status error
+/// whose status (0 here) the HTTP driver replaces with the answer's HTTP
+/// status — and, for a whole body, whose text it replaces with the body's
+/// bytes as received.
+pub(crate) fn provider_error(text: impl Into<String>) -> ModelError {
     error(ModelErrorKind::Status {
-        status,
-        body: body.to_string(),
+        status: 0,
+        body: text.into(),
     })
 }
 

@@ -41,9 +41,7 @@ use super::ModelErrorKind;
 use super::{ClientConfig, ModelError, ModelReply, ModelRequest, Reasoning, StreamDelta};
 use convlog::Provider;
 
-#[path = "wire_support.rs"]
-pub(super) mod support;
-
+use super::wire_support as support;
 use support::{
     call_arguments, call_started, event_json, index_field, ingest_one, malformed, provider_error,
     request_error, str_field,

@@ -5,12 +5,12 @@ use convlog::provider::PendingCalls;
 use convlog::{Provider, RenderOptions};
 use serde_json::{json, Value};
 
-use super::support::testing::{
+use super::*;
+use crate::client::wire::Frame;
+use crate::client::wire_support::testing::{
     assert_valid_body, config, continued, history, merged, normalise, pieces, reasoning, request,
     run_stream, sse, tools,
 };
-use super::*;
-use crate::client::wire::Frame;
 use crate::client::{ApiKind, ModelErrorKind, Usage};
 
 /// Every top-level field the Messages API takes that this wire may send.

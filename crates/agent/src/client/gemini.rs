@@ -36,8 +36,8 @@
 
 use serde_json::{json, Map, Value};
 
-use super::anthropic::support::{call_started, event_json, ingest_one, malformed, provider_error};
 use super::wire::{Frame, Framing, StreamAssembler, Wire};
+use super::wire_support::{call_started, event_json, ingest_one, malformed, provider_error};
 #[allow(unused_imports)] // named in the docs
 use super::ModelErrorKind;
 use super::{ClientConfig, ModelError, ModelReply, ModelRequest, Reasoning, StreamDelta, Usage};
@@ -89,7 +89,7 @@ impl Wire for GeminiWire {
     }
 
     fn headers(&self, config: &ClientConfig) -> Vec<(String, String)> {
-        super::anthropic::support::auth_header("x-goog-api-key", config.api_key.clone())
+        super::wire_support::auth_header("x-goog-api-key", config.api_key.clone())
     }
 
     fn body(
@@ -98,7 +98,7 @@ impl Wire for GeminiWire {
         request: &ModelRequest<'_>,
         _stream: bool,
     ) -> Result<Value, ModelError> {
-        let mut body = super::anthropic::support::rendered_body(Provider::Gemini, request)?;
+        let mut body = super::wire_support::rendered_body(Provider::Gemini, request)?;
         if !request.tools.is_empty() {
             let declarations: Vec<Value> = request
                 .tools
@@ -277,7 +277,7 @@ fn finish_reason(reason: &str, calls: bool) -> String {
 
 fn usage(metadata: Option<&Value>) -> Option<Usage> {
     let metadata = metadata.filter(|metadata| metadata.is_object())?;
-    let count = super::anthropic::support::count;
+    let count = super::wire_support::count;
     Some(Usage {
         input_tokens: count(metadata, "promptTokenCount"),
         output_tokens: count(metadata, "candidatesTokenCount")

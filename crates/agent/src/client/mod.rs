@@ -28,6 +28,7 @@ mod reply;
 mod responses;
 mod retry;
 pub(crate) mod wire;
+mod wire_support;
 
 pub use http::HttpClient;
 

@@ -45,11 +45,11 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::anthropic::support::{
-    self, call_arguments, call_started, event_json, index_field, ingest_one, malformed,
+use super::wire::{Frame, Framing, StreamAssembler, Wire};
+use super::wire_support::{
+    self as support, call_arguments, call_started, event_json, index_field, ingest_one, malformed,
     provider_error, request_error, str_field,
 };
-use super::wire::{Frame, Framing, StreamAssembler, Wire};
 #[allow(unused_imports)] // named in the docs
 use super::ModelErrorKind;
 use super::{ClientConfig, ModelError, ModelReply, ModelRequest, Reasoning, StreamDelta};

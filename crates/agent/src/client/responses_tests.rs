@@ -5,11 +5,11 @@ use convlog::{Provider, RenderOptions};
 use serde_json::{json, Value};
 
 use super::*;
-use crate::client::anthropic::support::testing::{
+use crate::client::wire::Frame;
+use crate::client::wire_support::testing::{
     assert_valid_body, config, continued, history, merged, normalise, pieces, reasoning, request,
     run_stream, sse, tools,
 };
-use crate::client::wire::Frame;
 use crate::client::{ApiKind, ModelErrorKind, Usage};
 
 /// Every top-level field of a Responses request this wire may send.

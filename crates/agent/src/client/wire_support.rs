@@ -1,50 +1,17 @@
 //! Helpers shared by the Anthropic, Gemini and Responses wire formats:
 //! errors, the rendered body, the one-entry ingest and tool-call deltas.
 //!
-//! Declared from `anthropic.rs` with `#[path]` (so `client/mod.rs` stays
-//! as it is); the other two formats reach it as `super::anthropic::support`.
+//! The error constructors are `reply`'s, shared with the OpenAI Chat and
+//! Ollama formats.
 
 use convlog::{ConversationEntry, Provider, Role, Timestamp};
 use serde_json::{Map, Value};
 
-use super::super::{ModelError, ModelErrorKind, ModelRequest, StreamDelta, Usage};
+use super::{ModelError, ModelRequest, StreamDelta, Usage};
 
-/// The evaluation id of a parsed reply's entry: a placeholder the runner
-/// replaces (empty, so an entry recorded without being placed is refused
-/// rather than filed under a made-up evaluation).
-pub(crate) const PLACEHOLDER_EVALUATION_ID: &str = "";
-
-/// A model error from a wire format. The wire format knows neither the URL
-/// nor the attempt count (empty and 0 here): the HTTP driver fills both in.
-pub(crate) fn error(kind: ModelErrorKind) -> ModelError {
-    ModelError {
-        kind,
-        attempts: 0,
-        url: String::new(),
-    }
-}
-
-/// An answer that cannot be read as the wire format says.
-pub(crate) fn malformed(reason: impl Into<String>) -> ModelError {
-    error(ModelErrorKind::Malformed(reason.into()))
-}
-
-/// A request that cannot be built.
-pub(crate) fn request_error(reason: impl Into<String>) -> ModelError {
-    error(ModelErrorKind::Request(reason.into()))
-}
-
-/// A provider error inside a 2xx answer (an error object, a stream's error
-/// event, a reply with nothing in it): its text verbatim, as a status error
-/// whose status (0 here) the HTTP driver replaces with the answer's HTTP
-/// status — and, for a whole body, whose text it replaces with the body's
-/// bytes as received.
-pub(crate) fn provider_error(text: impl Into<String>) -> ModelError {
-    error(ModelErrorKind::Status {
-        status: 0,
-        body: text.into(),
-    })
-}
+pub(crate) use super::reply::{
+    malformed, provider_error, request_error, PLACEHOLDER_EVALUATION_ID,
+};
 
 /// The rendered messages (and system field) of `request` as a body object.
 pub(crate) fn rendered_body(
@@ -174,8 +141,8 @@ pub(crate) mod testing {
     use serde_json::{json, Value};
     use uuid::Uuid;
 
-    use super::super::super::wire::{Frame, StreamAssembler};
-    use super::super::super::{
+    use super::super::wire::{Frame, StreamAssembler};
+    use super::super::{
         ApiKind, ClientConfig, ModelError, ModelReply, ModelRequest, Reasoning, StreamDelta,
     };
     use crate::tools::ToolSpec;

@@ -25,8 +25,10 @@ use crate::tools::ToolError;
 /// the runtime given to [`RunnerGenerator::new`]. Call message control from
 /// a thread outside the runtime, from [`tokio::task::spawn_blocking`], or
 /// from a multi-thread runtime's worker (it then uses
-/// [`tokio::task::block_in_place`]); a current-thread runtime's own thread
-/// cannot block on itself and gets an error.
+/// [`tokio::task::block_in_place`]); the thread that drives a
+/// current-thread runtime cannot block on it: the generation fails with an
+/// error saying so (tokio's refusal, a panic, is caught before the work
+/// starts, so its message is also printed by the panic hook).
 pub struct RunnerGenerator {
     runner: Arc<Runner>,
     context_id: String,
@@ -58,20 +60,26 @@ impl RunnerGenerator {
 impl Generator for RunnerGenerator {
     fn generate(&mut self, view: &[ConversationEntry]) -> Result<Vec<ConversationEntry>, String> {
         let work = generate(&self.runner, &self.context_id, view);
-        match Handle::try_current() {
-            Ok(current) if current.runtime_flavor() == RuntimeFlavor::CurrentThread => {
-                return Err(
-                    "the runner's generator cannot block a current-thread runtime's own thread: \
-                     call message control from spawn_blocking"
-                        .to_string(),
-                )
-            }
-            Ok(_) => tokio::task::block_in_place(|| self.handle.block_on(work)),
-            Err(_) => self.handle.block_on(work),
+        let on_multi_thread = Handle::try_current()
+            .is_ok_and(|current| current.runtime_flavor() == RuntimeFlavor::MultiThread);
+        if on_multi_thread {
+            return tokio::task::block_in_place(|| self.handle.block_on(work))
+                .map_err(|error| error.to_string());
         }
-        .map_err(|error| error.to_string())
+        // Outside a runtime, or on a current-thread runtime: a blocking-pool
+        // thread may block; the runtime's own thread may not (tokio refuses,
+        // by a panic before the work starts, turned into an error here).
+        let handle = &self.handle;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle.block_on(work))) {
+            Ok(result) => result.map_err(|error| error.to_string()),
+            Err(_) => Err(BLOCKED_RUNTIME.to_string()),
+        }
     }
 }
+
+/// Why a generation failed on a current-thread runtime's own thread.
+const BLOCKED_RUNTIME: &str = "the runner's generator cannot block the thread that drives a \
+     current-thread runtime: call message control from spawn_blocking or another thread";
 
 /// The unrecorded loop.
 async fn generate(

@@ -601,3 +601,86 @@ async fn a_crash_after_any_batch_resumes_to_the_uninterrupted_conversation() {
         }
     }
 }
+
+/// A tool that fails, panics or never finishes, by its city.
+struct Unruly;
+
+impl convlog_agent::Tool for Unruly {
+    fn spec(&self) -> convlog_agent::ToolSpec {
+        convlog_agent::ToolSpec {
+            name: "weather".into(),
+            description: "Unreliable.".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: &'a str,
+        _context: &'a convlog_agent::ToolContext,
+    ) -> convlog_agent::client::BoxFuture<'a, Result<String, convlog_agent::ToolError>> {
+        Box::pin(async move {
+            if arguments.contains("fail") {
+                return Err(convlog_agent::ToolError("station offline".into()));
+            }
+            if arguments.contains("panic") {
+                panic!("sensor exploded");
+            }
+            if arguments.contains("hang") {
+                std::future::pending::<()>().await;
+            }
+            Ok("fine".into())
+        })
+    }
+}
+
+#[tokio::test]
+async fn failing_panicking_and_hanging_tools_fail_their_calls_and_the_loop_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let client = ScriptedClient::new(weather_script(&[&["fail", "panic", "hang", "ok"]]));
+    let runner = Runner::new(
+        Arc::clone(&store),
+        client.clone(),
+        Toolset::new()
+            .with(Unruly)
+            .timeout(std::time::Duration::from_millis(20)),
+        options().session_id(Some("session-7".into())),
+    );
+    let outcome = runner.run(CONVERSATION, "Go").await.unwrap();
+    assert_eq!(outcome.stop, StopReason::Final);
+    let results: Vec<(bool, String)> = outcome
+        .entries
+        .iter()
+        .filter(|entry| entry.role == Role::Tool)
+        .map(|entry| (entry.is_error, entry.content.clone().unwrap()))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            (true, "station offline".to_string()),
+            (true, "tool weather panicked: sensor exploded".to_string()),
+            (true, "tool weather did not finish within 20 ms".to_string()),
+            (false, "fine".to_string()),
+        ]
+    );
+    let calls = &outcome.entries[2].tool_calls;
+    let statuses: Vec<ToolStatus> = calls.iter().map(|call| call.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            ToolStatus::Failed,
+            ToolStatus::Failed,
+            ToolStatus::Failed,
+            ToolStatus::Completed
+        ]
+    );
+    assert_eq!(calls[0].error.as_deref(), Some("station offline"));
+    let slice = store.conversation(CONVERSATION).unwrap();
+    assert!(slice.anomalies().is_empty(), "result and status agree");
+    for (_, event) in events(&store) {
+        if let Event::ConversationRecorded(recorded) = event {
+            assert_eq!(recorded.session_id.as_deref(), Some("session-7"));
+        }
+    }
+}

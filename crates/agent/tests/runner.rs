@@ -684,3 +684,24 @@ async fn failing_panicking_and_hanging_tools_fail_their_calls_and_the_loop_goes_
         }
     }
 }
+
+#[tokio::test]
+async fn without_a_system_prompt_the_evaluation_still_starts_with_a_system_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let client = ScriptedClient::new(weather_script(&[]));
+    let tool = CountingTool::new("weather");
+    let runner = runner(&store, &client, &tool, RunnerOptions::new());
+    let outcome = runner.run(CONVERSATION, "Hi").await.unwrap();
+    assert_eq!(outcome.stop, StopReason::Final);
+    let first = &outcome.entries[0];
+    assert_eq!(
+        (first.role, first.sequence, first.content.as_deref()),
+        (Role::System, 0, None)
+    );
+    assert_eq!(
+        (first.prompt_ns.as_deref(), first.prompt_key.as_deref()),
+        (None, None)
+    );
+    assert_eq!(outcome.entries.len(), 3);
+}

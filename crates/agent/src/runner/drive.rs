@@ -1,15 +1,23 @@
 //! One evaluation driven from what the store holds: run unfinished calls,
 //! call the model, record each step.
+//!
+//! The conversation is read from the store (folded) once, at the first
+//! step; after that the runner folds its own appends into that slice, in
+//! LSN order, before each decision: `ConversationSlice::apply` is the
+//! store's own fold, so the slice equals a fresh read as long as no other
+//! writer appends to the conversation meanwhile (one runner per
+//! conversation). A fresh read decodes every event of the conversation;
+//! this keeps a step's cost independent of the conversation's length.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use convlog::history::{curated_event, CurationContext};
 use convlog::model::{
     ConversationEntry, Event, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged,
 };
 use convlog::resume::{ResumeState, UnfinishedCall};
-use convlog::{AppendOptions, ConversationSlice};
+use convlog::{AppendOptions, ConversationSlice, Lsn};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use uuid::Uuid;
 
@@ -29,6 +37,11 @@ pub(super) struct Evaluation<'r> {
     /// Message ids this call recorded, in order.
     new_ids: Vec<Uuid>,
     usage: Usage,
+    /// The conversation as folded so far (`None` before the first read).
+    slice: Option<ConversationSlice>,
+    /// This evaluation's appends not yet folded into `slice`, in the order
+    /// they were acknowledged (folded in LSN order).
+    unfolded: Mutex<Vec<(Lsn, Event)>>,
 }
 
 impl<'r> Evaluation<'r> {
@@ -45,6 +58,8 @@ impl<'r> Evaluation<'r> {
             observer,
             new_ids: Vec::new(),
             usage: Usage::default(),
+            slice: None,
+            unfolded: Mutex::new(Vec::new()),
         }
     }
 
@@ -66,22 +81,53 @@ impl<'r> Evaluation<'r> {
         if let Some(durability) = self.runner.options.durability {
             options = options.durability(durability);
         }
-        blocking(move || store.append_with(&events, options)).await??;
+        let (lsns, events) = blocking(move || {
+            store
+                .append_with(&events, options)
+                .map(|lsns| (lsns, events))
+        })
+        .await??;
+        self.unfolded
+            .lock()
+            .expect("no panic while holding the lock")
+            .extend(lsns.zip(events));
         Ok(())
     }
 
-    async fn read(&self) -> Result<ConversationSlice, RunError> {
-        let store = Arc::clone(&self.runner.store);
-        let conversation = self.conversation_id.clone();
-        Ok(blocking(move || store.conversation(&conversation)).await??)
+    /// Brings `self.slice` up to date: read from the store the first time,
+    /// then with this evaluation's appends folded in.
+    async fn refresh(&mut self) -> Result<(), RunError> {
+        let mut unfolded = std::mem::take(
+            &mut *self
+                .unfolded
+                .lock()
+                .expect("no panic while holding the lock"),
+        );
+        match &mut self.slice {
+            Some(slice) => {
+                unfolded.sort_by_key(|(lsn, _)| *lsn);
+                for (lsn, event) in &unfolded {
+                    slice.apply(event, *lsn);
+                }
+            }
+            None => {
+                // Everything appended so far is in what the store folds.
+                let store = Arc::clone(&self.runner.store);
+                let conversation = self.conversation_id.clone();
+                let slice = blocking(move || store.conversation(&conversation)).await??;
+                self.slice = Some(slice);
+            }
+        }
+        Ok(())
     }
 
     /// Steps until the evaluation ends, the step limit, or calls only a
     /// client can answer. Each step starts from the store.
     pub(super) async fn drive(&mut self) -> Result<StopReason, RunError> {
         loop {
-            let slice = self.read().await?;
-            let state = ResumeState::from_slice(&slice, &self.evaluation_id);
+            self.refresh().await?;
+            let slice = self.slice.as_ref().expect("refreshed");
+            let state = ResumeState::from_slice(slice, &self.evaluation_id);
             if state.finished {
                 return Ok(StopReason::Final);
             }
@@ -94,26 +140,34 @@ impl<'r> Evaluation<'r> {
                     let calls = unknown.iter().map(|unfinished| unfinished.call.clone());
                     return Ok(StopReason::PendingCalls(calls.collect()));
                 }
-                self.run_calls(&state, &runnable).await?;
+                let recorded = self.run_calls(&state, &runnable).await?;
+                self.new_ids.extend(recorded);
                 continue;
             }
             let max_steps = self.runner.options.max_steps;
             if state.turn >= max_steps {
                 return Ok(StopReason::StepLimit { max_steps });
             }
-            self.step(&slice, &state).await?;
+            let shown = view::model_view(slice, &self.evaluation_id);
+            let shown = self.curate(slice, shown).await?;
+            let (id, usage) = self.step(shown, &state).await?;
+            self.new_ids.push(id);
+            if let Some(usage) = usage {
+                self.usage.input_tokens += usage.input_tokens;
+                self.usage.output_tokens += usage.output_tokens;
+            }
         }
     }
 
-    /// One model call: view, curation, the call, the assistant recorded.
-    async fn step(
-        &mut self,
+    /// `shown` curated by the history manager, the curation recorded when
+    /// it changed something.
+    async fn curate(
+        &self,
         slice: &ConversationSlice,
-        state: &ResumeState,
-    ) -> Result<(), RunError> {
+        shown: Vec<ConversationEntry>,
+    ) -> Result<Vec<ConversationEntry>, RunError> {
         let runner = self.runner;
-        let shown = view::model_view(slice, &self.evaluation_id);
-        let shown = match &runner.options.history_manager {
+        Ok(match &runner.options.history_manager {
             Some(manager) => {
                 let context = CurationContext::new()
                     .with_store(&runner.store)
@@ -136,7 +190,17 @@ impl<'r> Evaluation<'r> {
                 curated
             }
             None => shown,
-        };
+        })
+    }
+
+    /// One model call with `shown`; the assistant entry recorded. Returns
+    /// its message id and the usage reported.
+    async fn step(
+        &self,
+        shown: Vec<ConversationEntry>,
+        state: &ResumeState,
+    ) -> Result<(Uuid, Option<Usage>), RunError> {
+        let runner = self.runner;
         let specs = runner.tools.specs();
         let render = runner.options.render();
         let request = ModelRequest {
@@ -163,15 +227,11 @@ impl<'r> Evaluation<'r> {
             }
         };
         let entry = self.place(reply.entry, state)?;
-        if let Some(usage) = reply.usage {
-            self.usage.input_tokens += usage.input_tokens;
-            self.usage.output_tokens += usage.output_tokens;
-        }
-        self.note_new(&[&entry]);
+        let id = entry.message_id;
         self.append(vec![runner.recorded(&self.conversation_id, entry.clone())])
             .await?;
         self.notify(RunEvent::AssistantRecorded(entry));
-        Ok(())
+        Ok((id, reply.usage))
     }
 
     /// The reply as this evaluation's next assistant entry, its calls
@@ -243,10 +303,10 @@ impl<'r> Evaluation<'r> {
     /// Runs `calls` concurrently, recording each start and each result the
     /// moment it happens.
     async fn run_calls(
-        &mut self,
+        &self,
         state: &ResumeState,
         calls: &[&UnfinishedCall],
-    ) -> Result<(), RunError> {
+    ) -> Result<Vec<Uuid>, RunError> {
         let mut running = FuturesUnordered::new();
         for unfinished in calls {
             let assistant = state
@@ -260,9 +320,7 @@ impl<'r> Evaluation<'r> {
         while let Some(result) = running.next().await {
             finished.push(result?);
         }
-        drop(running);
-        self.new_ids.extend(finished);
-        Ok(())
+        Ok(finished)
     }
 
     /// Runs one call: `running` recorded (marked resumed when it had
@@ -320,11 +378,12 @@ impl<'r> Evaluation<'r> {
     }
 
     /// The outcome: the entries this call recorded, as they stand now.
-    pub(super) async fn outcome(&self, stop: StopReason) -> Result<RunOutcome, RunError> {
+    pub(super) async fn outcome(&mut self, stop: StopReason) -> Result<RunOutcome, RunError> {
         let entries = if self.new_ids.is_empty() {
             Vec::new()
         } else {
-            let slice = self.read().await?;
+            self.refresh().await?;
+            let slice = self.slice.as_ref().expect("refreshed");
             let new: HashSet<Uuid> = self.new_ids.iter().copied().collect();
             slice
                 .evaluation(&self.evaluation_id)

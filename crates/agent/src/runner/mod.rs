@@ -29,8 +29,10 @@
 //! A client answers it later ([`Runner::answer_call`], or any append of a
 //! result entry for that call) and continues with [`Runner::resume`].
 //!
-//! **The loop is the resume.** Every step starts from what the store holds
-//! ([`convlog::resume::ResumeState`] of the evaluation): unfinished calls
+//! **The loop is the resume.** Every step decides from the recorded state
+//! ([`convlog::resume::ResumeState`] of the evaluation; the conversation is
+//! read from the store once per run or resume, then the runner folds its
+//! own appends into it, with the store's fold): unfinished calls
 //! the runner has are run (a call whose `running` status was recorded is
 //! run again with [`ToolContext::resumed`] set and its new `running` event
 //! marked `resumed`; a call still pending was never started), a call with a

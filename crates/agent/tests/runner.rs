@@ -705,3 +705,31 @@ async fn without_a_system_prompt_the_evaluation_still_starts_with_a_system_entry
     );
     assert_eq!(outcome.entries.len(), 3);
 }
+
+#[tokio::test]
+async fn render_options_reach_the_client_and_tools_are_offered() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let client = ScriptedClient::new(weather_script(&[]));
+    let tool = CountingTool::new("weather");
+    let display = convlog::provider::DisplayName::new("Wolo", "CodeHelper");
+    let runner = runner(
+        &store,
+        &client,
+        &tool,
+        RunnerOptions::new()
+            .default_system_prompt(Some("You are Wolo.".into()))
+            .display_name(Some(display.clone()))
+            .include_reasoning(false)
+            .durability(Some(convlog::Durability::None)),
+    );
+    runner.run(CONVERSATION, "Hi").await.unwrap();
+    let render = client.renders.lock().unwrap()[0].clone();
+    assert_eq!(
+        render.default_system_prompt.as_deref(),
+        Some("You are Wolo.")
+    );
+    assert_eq!(render.display_name, Some(display));
+    assert!(!render.include_reasoning);
+    assert_eq!(client.offered.lock().unwrap()[0], ["weather"]);
+}

@@ -24,6 +24,10 @@ pub struct ScriptedClient {
     script: Box<Script>,
     /// The entries of every request, in order.
     pub requests: Mutex<Vec<Vec<ConversationEntry>>>,
+    /// The render options of every request, in order.
+    pub renders: Mutex<Vec<convlog::RenderOptions>>,
+    /// The names of the tools offered in every request, in order.
+    pub offered: Mutex<Vec<Vec<String>>>,
 }
 
 impl ScriptedClient {
@@ -36,6 +40,8 @@ impl ScriptedClient {
         Arc::new(ScriptedClient {
             script: Box::new(script),
             requests: Mutex::new(Vec::new()),
+            renders: Mutex::new(Vec::new()),
+            offered: Mutex::new(Vec::new()),
         })
     }
 
@@ -60,6 +66,9 @@ impl ModelClient for ScriptedClient {
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(async move {
             self.requests.lock().unwrap().push(request.entries.to_vec());
+            self.renders.lock().unwrap().push(request.render.clone());
+            let names = request.tools.iter().map(|spec| spec.name.clone());
+            self.offered.lock().unwrap().push(names.collect());
             let entry = (self.script)(request.entries)?;
             if let Some(sink) = sink {
                 if let Some(text) = &entry.content {

@@ -17,4 +17,8 @@ pub use client::{
     ApiKind, ClientConfig, Dialect, HttpClient, ModelClient, ModelError, ModelReply, ModelRequest,
     StreamDelta,
 };
+pub use runner::{
+    RunError, RunEvent, RunObserver, RunOutcome, Runner, RunnerGenerator, RunnerOptions,
+    StopReason, DEFAULT_MAX_STEPS, MODEL_CALL_FAILED,
+};
 pub use tools::{Tool, ToolContext, ToolError, ToolSpec, Toolset};

@@ -673,3 +673,50 @@ impl Tool for McpTool {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rendered(result: Value) -> Result<String, ToolError> {
+        render_result("t", serde_json::from_value(result).unwrap())
+    }
+
+    #[test]
+    fn text_is_joined_and_other_content_described() {
+        let result = rendered(serde_json::json!({"content": [
+            {"type": "text", "text": "first"},
+            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+            {"type": "audio", "data": "AAAA", "mimeType": "audio/wav"},
+            {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "inline"}},
+            {"type": "resource", "resource": {"uri": "file:///b.bin", "blob": "AAAAAA==", "mimeType": "application/octet-stream"}},
+            {"type": "resource_link", "uri": "file:///c", "name": "c"},
+            {"type": "text", "text": "last"}
+        ]}));
+        assert_eq!(
+            result.unwrap(),
+            "first\n[image/png, 8 bytes]\n[audio/wav, 3 bytes]\ninline\n\
+             [resource file:///b.bin, application/octet-stream, 4 bytes]\n\
+             [resource link file:///c (c)]\nlast"
+        );
+    }
+
+    #[test]
+    fn is_error_is_a_tool_error_and_structured_content_stands_in_for_none() {
+        let error = rendered(serde_json::json!({
+            "content": [{"type": "text", "text": "no such file"}], "isError": true
+        }));
+        assert_eq!(error, Err(ToolError("no such file".to_owned())));
+        let error = rendered(serde_json::json!({"content": [], "isError": true}));
+        assert_eq!(
+            error,
+            Err(ToolError("tool `t` failed without a message".to_owned()))
+        );
+        let structured = rendered(serde_json::json!({"structuredContent": {"n": 1}}));
+        assert_eq!(structured, Ok(r#"{"n":1}"#.to_owned()));
+        assert_eq!(
+            rendered(serde_json::json!({"content": []})),
+            Ok(String::new())
+        );
+    }
+}

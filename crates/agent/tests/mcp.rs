@@ -332,6 +332,43 @@ async fn dropping_the_server_kills_the_child_once_no_tool_holds_it() {
 }
 
 #[tokio::test]
+async fn the_processes_a_server_started_end_with_it() {
+    let Some(server) = server("the_processes_a_server_started_end_with_it").await else {
+        return;
+    };
+    let toolset = Toolset::new().with_mcp(&server).timeout(GENEROUS);
+    let helper: u32 = call(&toolset, "start_helper", "{}")
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(running(helper));
+    drop(toolset);
+    drop(server);
+    assert!(
+        ended(helper).await,
+        "the helper {helper} is killed with its server"
+    );
+
+    // A server that exits by itself takes its helpers along.
+    let exiting = McpServer::spawn(&python(), [server_script().as_os_str()])
+        .await
+        .unwrap();
+    let toolset = Toolset::new().with_mcp(&exiting).timeout(GENEROUS);
+    let helper: u32 = call(&toolset, "start_helper", "{}")
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
+    let error = call(&toolset, "exit", r#"{"code": 0}"#).await.unwrap_err();
+    assert!(error.contains("is gone"), "{error}");
+    assert!(
+        ended(helper).await,
+        "the helper {helper} ends with its exited server"
+    );
+}
+
+#[tokio::test]
 async fn environment_working_directory_and_prefix_options() {
     let directory = tempfile::tempdir().unwrap();
     let options = McpServerOptions::new()

@@ -33,10 +33,12 @@
 //! - a call cancelled by the [`Toolset`](super::Toolset) timeout sends the
 //!   server `notifications/cancelled`.
 //!
-//! The child is killed (SIGKILL) when the [`McpServer`] and every
+//! The child runs in a process group of its own. It is killed (SIGKILL,
+//! with every process left in its group) when the [`McpServer`] and every
 //! [`McpTool`] taken from it are dropped, or at once by
-//! [`McpServer::shutdown`]; if the tokio runtime goes away first, the
-//! process is killed as its handle is dropped. Its standard error is read
+//! [`McpServer::shutdown`]; a server that exits by itself takes what is
+//! left of its group with it. If the tokio runtime goes away first, the
+//! child itself is killed as its handle is dropped. Its standard error is read
 //! continuously (the lines are logged with `tracing` at debug level) and the
 //! last [`STDERR_TAIL_BYTES`] are kept for error messages.
 //!
@@ -412,6 +414,20 @@ impl McpServer {
     }
 }
 
+/// Kills every process left in the process group the server led.
+#[cfg(unix)]
+fn kill_process_group(leader: Option<u32>) {
+    use nix::sys::signal::{killpg, Signal};
+    use nix::unistd::Pid;
+    if let Some(group) = leader.and_then(|leader| i32::try_from(leader).ok()) {
+        // ESRCH (nothing left in the group) is the usual answer.
+        let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+    }
+}
+
+#[cfg(not(unix))]
+fn kill_process_group(_leader: Option<u32>) {}
+
 /// A started child: its standard input and output, its pid, what is known
 /// of it, and the sender whose drop kills it.
 type Started = (
@@ -437,6 +453,10 @@ fn start_process<S: AsRef<OsStr>>(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    // Its own process group, so that whatever it starts is killed with
+    // it (a server started by `npx` or a shell is often a grandchild).
+    #[cfg(unix)]
+    process.process_group(0);
     if let Some(directory) = &options.current_dir {
         process.current_dir(directory);
     }
@@ -468,10 +488,13 @@ fn start_process<S: AsRef<OsStr>>(
                 Err(error) => format!("waiting for it failed ({error})"),
             },
             _ = killed => {
+                kill_process_group(pid);
                 let _ = child.kill().await;
                 "it was shut down".to_owned()
             }
         };
+        // What it started goes with it.
+        kill_process_group(pid);
         let _ = exit_sender.send(Some(status));
     });
     let process = ProcessWatch {

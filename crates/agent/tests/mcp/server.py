@@ -7,6 +7,7 @@ Python SDK (`pip install 'mcp==2.3.0'`): `MCPServer` in 2.x, `FastMCP` in
 
 import asyncio
 import os
+import subprocess
 import sys
 
 try:
@@ -83,6 +84,19 @@ def working_directory() -> str:
 def process_id() -> int:
     """The server process's id."""
     return os.getpid()
+
+
+@server.tool()
+def start_helper() -> int:
+    """Starts a helper process that sleeps for an hour (holding none of the
+    server's standard streams) and returns its process id."""
+    helper = subprocess.Popen(
+        ["sleep", "3600"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return helper.pid
 
 
 @server.tool()

@@ -1,14 +1,36 @@
 //! Tools the model may call: host tools written in Rust ([`Tool`]) and
 //! tools served by MCP servers, gathered in a [`Toolset`].
+//!
+//! - A host tool implements [`Tool`], or is made from an async closure
+//!   with [`FunctionTool`] (see [`function`]).
+//! - An MCP server is started as a child process with [`McpServer::spawn`]
+//!   (see [`mcp`]); each of its tools is a [`Tool`] ([`McpTool`]), added
+//!   with [`Toolset::with_mcp`] (or [`Toolset::with_mcp_prefixed`] when two
+//!   servers offer the same names).
+//! - [`Toolset::call`] runs one call by name: an unknown name, a call that
+//!   outlives the toolset's timeout and a tool that panics all become a
+//!   [`ToolError`] (recorded and shown to the model), never a hung or
+//!   crashed runner. [`Toolset::call_all`] runs the parallel calls of one
+//!   assistant message concurrently, results in request order.
+//!
+//! A failed call is a [`ToolError`]: its text is what the model sees, so it
+//! says what went wrong in words the model can act on (bad arguments, the
+//! tool's own error, a timeout, a server that is gone).
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::client::BoxFuture;
+
+pub mod function;
+pub mod mcp;
+
+pub use function::FunctionTool;
+pub use mcp::{McpError, McpServer, McpServerOptions, McpTool};
 
 /// What the model is told about a tool.
 #[derive(Debug, Clone, PartialEq)]
@@ -140,5 +162,168 @@ impl Toolset {
     /// No tools.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
+    }
+
+    /// Adds every tool of `server` under its own name (a later tool with
+    /// the same name replaces an earlier one; see
+    /// [`Toolset::with_mcp_prefixed`]). The tools share the server: its
+    /// process lives while the [`McpServer`] or any of its tools does.
+    pub fn with_mcp(mut self, server: &McpServer) -> Toolset {
+        self.insert_mcp(server);
+        self
+    }
+
+    /// Adds every tool of `server`, each named `prefix` + its name (the
+    /// server is still called with the tool's own name).
+    pub fn with_mcp_prefixed(mut self, server: &McpServer, prefix: &str) -> Toolset {
+        self.insert_mcp_prefixed(server, prefix);
+        self
+    }
+
+    /// Adds every tool of `server` under its own name.
+    pub fn insert_mcp(&mut self, server: &McpServer) {
+        self.insert_mcp_prefixed(server, "");
+    }
+
+    /// Adds every tool of `server`, each named `prefix` + its name.
+    pub fn insert_mcp_prefixed(&mut self, server: &McpServer, prefix: &str) {
+        for tool in server.tools_prefixed(prefix) {
+            self.insert(Arc::new(tool));
+        }
+    }
+
+    /// Runs the tool called `name` with the model's `arguments`.
+    ///
+    /// Fails with a [`ToolError`] when no tool has that name (naming the
+    /// tools offered), when the call takes longer than the per-call timeout
+    /// (the call is then cancelled: an MCP server is told so), when the tool
+    /// panics, and when the tool itself fails. The tool runs in a task of
+    /// its own on the current tokio runtime (which must exist); dropping
+    /// the returned future cancels it.
+    pub fn call<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: &'a str,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
+        Box::pin(async move {
+            let Some(tool) = self.tools.get(name) else {
+                return Err(self.unknown_tool(name));
+            };
+            let tool = Arc::clone(tool);
+            let arguments = arguments.to_owned();
+            let context = context.clone();
+            let mut task = AbortOnDrop(tokio::spawn(async move {
+                tool.call(&arguments, &context).await
+            }));
+            match tokio::time::timeout(self.timeout, &mut task.0).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(join_error)) if join_error.is_panic() => Err(ToolError(format!(
+                    "tool `{name}` panicked: {}",
+                    panic_message(join_error.into_panic())
+                ))),
+                Ok(Err(_cancelled)) => Err(ToolError(format!(
+                    "tool `{name}` was cancelled (the runtime is shutting down)"
+                ))),
+                Err(_elapsed) => Err(ToolError(format!(
+                    "tool `{name}` timed out after {} s",
+                    self.timeout.as_secs_f64()
+                ))),
+            }
+        })
+    }
+
+    /// Runs several calls at once (the parallel tool calls of one
+    /// assistant message): each `(name, arguments, context)` as by
+    /// [`Toolset::call`], all concurrently, the results in the order of
+    /// `calls`.
+    pub fn call_all<'a, N, A>(
+        &'a self,
+        calls: &'a [(N, A, ToolContext)],
+    ) -> BoxFuture<'a, Vec<Result<String, ToolError>>>
+    where
+        N: AsRef<str> + Sync,
+        A: AsRef<str> + Sync,
+    {
+        Box::pin(futures_util::future::join_all(calls.iter().map(
+            |(name, arguments, context)| self.call(name.as_ref(), arguments.as_ref(), context),
+        )))
+    }
+
+    fn unknown_tool(&self, name: &str) -> ToolError {
+        if self.tools.is_empty() {
+            return ToolError(format!("unknown tool `{name}`: no tools are offered"));
+        }
+        let offered: Vec<String> = self.tools.keys().map(|name| format!("`{name}`")).collect();
+        ToolError(format!(
+            "unknown tool `{name}`; the tools offered are {}",
+            offered.join(", ")
+        ))
+    }
+}
+
+/// How much of the model's arguments an error message quotes.
+pub const ARGUMENTS_EXCERPT_CHARS: usize = 200;
+
+/// The model's `arguments` for tool `tool` as a JSON object, or a
+/// [`ToolError`] saying why they are not one (invalid JSON, quoting the
+/// start of the text and where it breaks; or another JSON type). Empty or
+/// blank arguments count as `{}` (some models send nothing for a tool
+/// without parameters).
+pub fn parse_arguments(tool: &str, arguments: &str) -> Result<Map<String, Value>, ToolError> {
+    if arguments.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(object)) => Ok(object),
+        Ok(other) => Err(ToolError(format!(
+            "the arguments of tool `{tool}` must be a JSON object, not {}: {}",
+            json_type(&other),
+            excerpt(arguments)
+        ))),
+        Err(error) => Err(ToolError(format!(
+            "the arguments of tool `{tool}` are not valid JSON ({error}): {}",
+            excerpt(arguments)
+        ))),
+    }
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn excerpt(text: &str) -> String {
+    let mut chars = text.chars();
+    let head: String = chars.by_ref().take(ARGUMENTS_EXCERPT_CHARS).collect();
+    if chars.next().is_some() {
+        format!("{head}…")
+    } else {
+        head
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(message) => *message,
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(message) => (*message).to_owned(),
+            Err(_) => "(a panic payload that is not text)".to_owned(),
+        },
+    }
+}
+
+/// Aborts its task when dropped (the caller of [`Toolset::call`] went away).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -6,6 +6,15 @@
 //! (little-endian varints). `docs/format.md` specifies those bytes, so the
 //! format never depends on the crate.
 //!
+//! The codec version names the layout of the body. Version 2 changed one
+//! layout, `history_curated` (two optional fields at the end); the other
+//! kinds have the same layout in both versions. Each payload is written
+//! with the oldest version that has its kind's current layout
+//! ([`event_codec_version`]): version 2 for `history_curated`, version 1 for
+//! the rest, so a log without curation events stays readable by a build
+//! that knows version 1 only. Both versions are read; a version 1
+//! `history_curated` body decodes with `prompt_name` and `session_id` `None`.
+//!
 //! The kind byte is explicit; the body, and every snapshot structure, is
 //! serde's derived form of a Rust type, so its declaration order (fields,
 //! enum variants) is the on-disk order. Each such type says so in a comment,
@@ -22,8 +31,15 @@ use crate::model::{
     ConversationRecorded, CustomEvent, Event, HistoryCurated, MessagesReplaced, ToolStatusChanged,
 };
 
-/// The codec version this build writes and reads (first byte of an event).
-pub const EVENT_CODEC_VERSION: u8 = 1;
+/// The newest codec version this build writes and reads (first byte of an
+/// event): version 2, whose `history_curated` body holds `prompt_name` and
+/// `session_id`. [`event_codec_version`] says which version a kind is
+/// written with.
+pub const EVENT_CODEC_VERSION: u8 = 2;
+
+/// The oldest codec version this build reads: version 1, whose layouts are
+/// version 2's except `history_curated` (without the last two fields).
+pub const EVENT_CODEC_VERSION_MIN: u8 = 1;
 
 const KIND_CONVERSATION_RECORDED: u8 = 1;
 const KIND_TOOL_STATUS: u8 = 2;
@@ -65,8 +81,54 @@ pub fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     Ok(value)
 }
 
-fn encode_body<T: Serialize>(kind: u8, body: &T) -> Vec<u8> {
-    let mut out = vec![EVENT_CODEC_VERSION, kind];
+/// The `history_curated` body of codec version 1: [`HistoryCurated`]
+/// without `prompt_name` and `session_id`. Also the form of the curations
+/// in a version 2 snapshot blob (docs/format.md sections 12, 13).
+///
+/// On-disk format: field order is part of the format (frozen: version 1 is
+/// never written again).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct HistoryCuratedV1 {
+    conversation_id: String,
+    strategy: String,
+    original_count: u64,
+    curated_count: u64,
+    at: crate::model::Timestamp,
+}
+
+impl From<HistoryCuratedV1> for HistoryCurated {
+    fn from(old: HistoryCuratedV1) -> HistoryCurated {
+        HistoryCurated {
+            conversation_id: old.conversation_id,
+            strategy: old.strategy,
+            original_count: old.original_count,
+            curated_count: old.curated_count,
+            at: old.at,
+            prompt_name: None,
+            session_id: None,
+        }
+    }
+}
+
+/// The codec version `event` is written with: the oldest whose layout for
+/// its kind is the current one (2 for `history_curated`, 1 for every other
+/// kind, whose layout version 2 left as it was).
+pub fn event_codec_version(event: &Event) -> u8 {
+    match event {
+        Event::HistoryCurated(_) => 2,
+        Event::ConversationRecorded(_)
+        | Event::ToolStatus(_)
+        | Event::MessagesReplaced(_)
+        | Event::Custom(_) => 1,
+    }
+}
+
+fn is_known_version(version: u8) -> bool {
+    (EVENT_CODEC_VERSION_MIN..=EVENT_CODEC_VERSION).contains(&version)
+}
+
+fn encode_body<T: Serialize>(version: u8, kind: u8, body: &T) -> Vec<u8> {
+    let mut out = vec![version, kind];
     bincode::serde::encode_into_std_write(body, &mut out, config())
         .expect("encoding model types into a Vec cannot fail");
     out
@@ -74,12 +136,13 @@ fn encode_body<T: Serialize>(kind: u8, body: &T) -> Vec<u8> {
 
 /// Encodes an event as a log payload.
 pub fn encode_event(event: &Event) -> Vec<u8> {
+    let version = event_codec_version(event);
     match event {
-        Event::ConversationRecorded(body) => encode_body(KIND_CONVERSATION_RECORDED, body),
-        Event::ToolStatus(body) => encode_body(KIND_TOOL_STATUS, body),
-        Event::MessagesReplaced(body) => encode_body(KIND_MESSAGES_REPLACED, body),
-        Event::HistoryCurated(body) => encode_body(KIND_HISTORY_CURATED, body),
-        Event::Custom(body) => encode_body(KIND_CUSTOM, body),
+        Event::ConversationRecorded(body) => encode_body(version, KIND_CONVERSATION_RECORDED, body),
+        Event::ToolStatus(body) => encode_body(version, KIND_TOOL_STATUS, body),
+        Event::MessagesReplaced(body) => encode_body(version, KIND_MESSAGES_REPLACED, body),
+        Event::HistoryCurated(body) => encode_body(version, KIND_HISTORY_CURATED, body),
+        Event::Custom(body) => encode_body(version, KIND_CUSTOM, body),
     }
 }
 
@@ -119,9 +182,12 @@ fn decode_head<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Option<T> {
 /// frame cheaply. For every payload that decodes, the answer is the decoded
 /// event's [`Event::conversation_id`].
 pub fn peek_conversation_id(payload: &[u8]) -> Option<&str> {
-    let [EVENT_CODEC_VERSION, kind, body @ ..] = payload else {
+    let [version, kind, body @ ..] = payload else {
         return None;
     };
+    if !is_known_version(*version) {
+        return None;
+    }
     match *kind {
         KIND_CONVERSATION_RECORDED
         | KIND_TOOL_STATUS
@@ -140,9 +206,9 @@ pub fn decode_event(payload: &[u8]) -> Result<Event, String> {
             payload.len()
         ));
     };
-    if *version != EVENT_CODEC_VERSION {
+    if !is_known_version(*version) {
         return Err(format!(
-            "event codec version {version} is not supported (this build reads {EVENT_CODEC_VERSION})"
+            "event codec version {version} is not supported (this build reads {EVENT_CODEC_VERSION_MIN} to {EVENT_CODEC_VERSION})"
         ));
     }
     match *kind {
@@ -151,6 +217,9 @@ pub fn decode_event(payload: &[u8]) -> Result<Event, String> {
         KIND_TOOL_STATUS => decode_value::<ToolStatusChanged>(body).map(Event::ToolStatus),
         KIND_MESSAGES_REPLACED => {
             decode_value::<MessagesReplaced>(body).map(Event::MessagesReplaced)
+        }
+        KIND_HISTORY_CURATED if *version == 1 => {
+            decode_value::<HistoryCuratedV1>(body).map(|old| Event::HistoryCurated(old.into()))
         }
         KIND_HISTORY_CURATED => decode_value::<HistoryCurated>(body).map(Event::HistoryCurated),
         KIND_CUSTOM => decode_value::<CustomEvent>(body).map(Event::Custom),
@@ -163,7 +232,7 @@ pub fn decode_event(payload: &[u8]) -> Result<Event, String> {
 /// kind bytes alone (the body is not checked): a reader that needs only
 /// status changes decodes nothing else.
 pub fn is_tool_status(payload: &[u8]) -> bool {
-    matches!(payload, [EVENT_CODEC_VERSION, KIND_TOOL_STATUS, ..])
+    matches!(payload, [version, KIND_TOOL_STATUS, ..] if is_known_version(*version))
 }
 
 /// Decodes the log payload of the event at `lsn`: [`decode_event`], with a
@@ -225,6 +294,8 @@ mod tests {
                 original_count: 10,
                 curated_count: 3,
                 at: Timestamp(1),
+                prompt_name: Some("travel/planner".into()),
+                session_id: Some("sess-1".into()),
             }),
             Event::Custom(CustomEvent {
                 kind: "budget".into(),
@@ -523,20 +594,93 @@ mod tests {
             original_count: 300,
             curated_count: 3,
             at: Timestamp(1),
+            prompt_name: Some("p".into()),
+            session_id: Some("s-1".into()),
         });
         assert_layout(
             "history_curated",
             &encode_event(&curated),
             &[
-                ("codec version", "01"),
+                ("codec version", "02"),
                 ("kind", "04"),
                 ("conversation_id", "04 'conv'"),
                 ("strategy", "11 'sliding_window(2)'"),
                 ("original_count", "fb 2c 01"),
                 ("curated_count", "03"),
                 ("at", "02"),
+                ("prompt_name", "01 01 'p'"),
+                ("session_id", "01 03 's-1'"),
             ],
         );
+        let without = Event::HistoryCurated(HistoryCurated {
+            prompt_name: None,
+            session_id: None,
+            ..match curated {
+                Event::HistoryCurated(body) => body,
+                _ => unreachable!(),
+            }
+        });
+        let bytes = encode_event(&without);
+        assert_eq!(&bytes[..2], [2, KIND_HISTORY_CURATED]);
+        assert_eq!(&bytes[bytes.len() - 2..], [0, 0], "two absent options");
+    }
+
+    /// A `history_curated` payload written by codec version 1 (before
+    /// `prompt_name` and `session_id`): these bytes are what version 1
+    /// wrote, and they must keep decoding, with both fields `None`.
+    #[test]
+    fn a_version_1_history_curated_payload_still_decodes() {
+        let mut old = vec![0x01, 0x04, 0x04];
+        old.extend(b"conv");
+        old.push(0x11);
+        old.extend(b"sliding_window(2)");
+        old.extend([0xfb, 0x2c, 0x01, 0x03, 0x02]);
+        let expected = Event::HistoryCurated(HistoryCurated {
+            conversation_id: "conv".into(),
+            strategy: "sliding_window(2)".into(),
+            original_count: 300,
+            curated_count: 3,
+            at: Timestamp(1),
+            prompt_name: None,
+            session_id: None,
+        });
+        assert_eq!(decode_event(&old).unwrap(), expected);
+        assert_eq!(peek_conversation_id(&old), Some("conv"));
+        // Version 1 has no room for the new fields: their bytes are left
+        // over, an error, not a silent misread.
+        let mut longer = old.clone();
+        longer.extend([0, 0]);
+        assert!(decode_event(&longer).unwrap_err().contains("trailing"));
+        // Version 2 needs them.
+        let mut as_version_2 = old.clone();
+        as_version_2[0] = 2;
+        assert!(decode_event(&as_version_2).is_err());
+    }
+
+    /// Kinds whose layout version 2 left alone are still written as version
+    /// 1 (a store without curations stays readable by a version 1 build),
+    /// and read under either version.
+    #[test]
+    fn unchanged_kinds_are_written_as_version_1_and_read_as_either() {
+        for event in sample_events() {
+            let bytes = encode_event(&event);
+            let expected = if matches!(event, Event::HistoryCurated(_)) {
+                2
+            } else {
+                1
+            };
+            assert_eq!(bytes[0], expected, "{event:?}");
+            assert_eq!(event_codec_version(&event), expected);
+            if expected == 1 {
+                let mut as_version_2 = bytes.clone();
+                as_version_2[0] = 2;
+                assert_eq!(decode_event(&as_version_2).unwrap(), event);
+                assert_eq!(
+                    is_tool_status(&as_version_2),
+                    matches!(event, Event::ToolStatus(_))
+                );
+            }
+        }
     }
 
     #[test]
@@ -652,6 +796,8 @@ mod tests {
                 original_count: 2,
                 curated_count: 1,
                 at: Timestamp(7),
+                prompt_name: Some("p".into()),
+                session_id: None,
             }),
         ];
         let slice = fold("c", events.iter().zip(1..));
@@ -689,10 +835,35 @@ mod tests {
                 ("curations[0].original_count", "02"),
                 ("curations[0].curated_count", "01"),
                 ("curations[0].at", "0e"),
+                ("curations[0].prompt_name", "01 01 'p'"),
+                ("curations[0].session_id", "00"),
                 ("last_lsn", "05"),
             ],
         );
         assert_eq!(decode_value::<ConversationSlice>(&bytes).unwrap(), slice);
+        assert_eq!(
+            crate::conversation::decode_snapshot_slice(3, &bytes).unwrap(),
+            slice
+        );
+
+        // The same slice as snapshot version 2 wrote it: curations without
+        // the last two fields, decoded with both `None`.
+        // Drop "01 01 'p'" and "00" (4 bytes) before last_lsn (1 byte).
+        let cut = bytes.len() - 1 - 4;
+        let mut version_2 = bytes[..cut].to_vec();
+        version_2.push(bytes[bytes.len() - 1]);
+        assert_eq!(&version_2[version_2.len() - 2..], [0x0e, 0x05]);
+        let old = crate::conversation::decode_snapshot_slice(2, &version_2).unwrap();
+        let mut without = events.clone();
+        if let Event::HistoryCurated(curated) = &mut without[4] {
+            curated.prompt_name = None;
+        }
+        assert_eq!(old, fold("c", without.iter().zip(1..)));
+        assert_eq!(old.curations()[0].1.prompt_name, None);
+        assert!(
+            crate::conversation::decode_snapshot_slice(3, &version_2).is_err(),
+            "a version 2 blob is not a version 3 one"
+        );
     }
 
     /// The snapshot directory and blob locations (docs/format.md section
@@ -836,7 +1007,12 @@ mod tests {
             }
         }
         assert_eq!(
-            peek_conversation_id(&[2, 1, 1, b'c']),
+            peek_conversation_id(&[3, 1, 1, b'c']),
+            None,
+            "another codec version"
+        );
+        assert_eq!(
+            peek_conversation_id(&[0, 1, 1, b'c']),
             None,
             "another codec version"
         );

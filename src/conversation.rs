@@ -182,9 +182,57 @@ impl Serialize for ConversationSlice {
     }
 }
 
+/// The slice form of snapshot version 2: `SliceData` with the curations of
+/// event codec version 1 (without `prompt_name` and `session_id`).
+/// On-disk format, frozen (docs/format.md section 13).
+#[derive(Deserialize)]
+struct SliceDataV2 {
+    conversation_id: String,
+    entries: Vec<RecordedEntry>,
+    evaluations: Vec<String>,
+    unknown_statuses: Vec<(Lsn, ToolStatusChanged)>,
+    anomalies: Vec<Anomaly>,
+    curations: Vec<(Lsn, crate::codec::HistoryCuratedV1)>,
+    last_lsn: Lsn,
+}
+
+/// Decodes a conversation's slice from a snapshot blob of snapshot format
+/// `version` (2 or 3; the caller has checked the version): version 3 is the
+/// current form, version 2 holds the curations without `prompt_name` and
+/// `session_id`, which decode as `None`.
+pub(crate) fn decode_snapshot_slice(
+    version: u32,
+    blob: &[u8],
+) -> Result<ConversationSlice, String> {
+    if version == 2 {
+        let old: SliceDataV2 = crate::codec::decode_value(blob)?;
+        return Ok(ConversationSlice::from_data(SliceData {
+            conversation_id: old.conversation_id,
+            entries: old.entries,
+            evaluations: old.evaluations,
+            unknown_statuses: old.unknown_statuses,
+            anomalies: old.anomalies,
+            curations: old
+                .curations
+                .into_iter()
+                .map(|(lsn, curated)| (lsn, curated.into()))
+                .collect(),
+            last_lsn: old.last_lsn,
+        }));
+    }
+    crate::codec::decode_value(blob)
+}
+
 impl<'de> Deserialize<'de> for ConversationSlice {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<ConversationSlice, D::Error> {
-        let data = SliceData::deserialize(deserializer)?;
+        Ok(ConversationSlice::from_data(SliceData::deserialize(
+            deserializer,
+        )?))
+    }
+}
+
+impl ConversationSlice {
+    fn from_data(data: SliceData) -> ConversationSlice {
         let mut slice = ConversationSlice::new(data.conversation_id);
         for evaluation_id in &data.evaluations {
             slice.rank_of(evaluation_id);
@@ -203,7 +251,7 @@ impl<'de> Deserialize<'de> for ConversationSlice {
         slice.anomalies = data.anomalies;
         slice.curations = data.curations;
         slice.last_lsn = data.last_lsn;
-        Ok(slice)
+        slice
     }
 }
 

@@ -682,6 +682,7 @@ mod tests {
             r#"{"type":"tool_status","conversation_id":"c","evaluation_id":"e","call_id":"k","status":"failed","at":"2026-01-01T00:00:00Z","error":"boom","resumed":true}"#,
             r#"{"type":"messages_replaced","conversation_id":"c","entries":[{"evaluation_id":"e","role":"system","content":"be brief"}],"at":"2026-01-01T00:00:00Z"}"#,
             r#"{"type":"history_curated","conversation_id":"c","strategy":"sliding_window(50)","original_count":80,"curated_count":50,"at":"2026-01-01T00:00:00Z"}"#,
+            r#"{"type":"history_curated","conversation_id":"c","strategy":"s","original_count":2,"curated_count":1,"at":"2026-01-01T00:00:00Z","prompt_name":"travel/planner","session_id":"sess-1"}"#,
             r#"{"type":"custom","kind":"budget","conversation_id":null,"payload":"AAEC"}"#,
         ];
         for line in lines {
@@ -689,6 +690,32 @@ mod tests {
             let again = parse(&to_json_line(1, &event).unwrap()).unwrap().remove(0);
             assert_eq!(again, event, "{line}");
         }
+    }
+
+    #[test]
+    fn history_curated_prompt_name_and_session_id_are_optional() {
+        let curated = |line: &str| match parse(line).unwrap().remove(0) {
+            Event::HistoryCurated(body) => body,
+            other => panic!("expected history_curated, got {other:?}"),
+        };
+        let absent = curated(
+            r#"{"type":"history_curated","conversation_id":"c","strategy":"s","original_count":2,"curated_count":1}"#,
+        );
+        assert_eq!((absent.prompt_name, absent.session_id), (None, None));
+        let null = curated(
+            r#"{"type":"history_curated","conversation_id":"c","strategy":"s","original_count":2,"curated_count":1,"prompt_name":null,"session_id":null}"#,
+        );
+        assert_eq!((null.prompt_name, null.session_id), (None, None));
+        let given = curated(
+            r#"{"type":"history_curated","conversation_id":"c","strategy":"s","original_count":2,"curated_count":1,"prompt_name":"travel/planner","session_id":"sess-1"}"#,
+        );
+        assert_eq!(given.prompt_name.as_deref(), Some("travel/planner"));
+        assert_eq!(given.session_id.as_deref(), Some("sess-1"));
+        // The session id is an id: empty is refused, naming the field.
+        let refused = error(
+            r#"{"type":"history_curated","conversation_id":"c","strategy":"s","original_count":2,"curated_count":1,"session_id":""}"#,
+        );
+        assert_eq!(refused.field.as_deref(), Some("session_id"), "{refused}");
     }
 
     #[test]

@@ -630,7 +630,10 @@ pub struct MessagesReplaced {
 /// sections 12 and 13). Do not reorder, insert or remove fields without a
 /// new codec version. `codec`'s golden tests pin the bytes.
 /// `conversation_id` stays the first field: `codec::peek_conversation_id`
-/// reads it there without decoding the rest.
+/// reads it there without decoding the rest. `prompt_name` and `session_id`
+/// came with event codec version 2 and snapshot version 3: a payload of
+/// codec version 1 (and a version 2 snapshot) holds the first five fields
+/// only and decodes with both `None` (`codec::HistoryCuratedV1`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryCurated {
@@ -644,6 +647,13 @@ pub struct HistoryCurated {
     pub curated_count: u64,
     /// When.
     pub at: Timestamp,
+    /// The prompt the curated request was built for (a label, e.g. the
+    /// prompt's name or `namespace/key`), when the host names one.
+    #[serde(default)]
+    pub prompt_name: Option<String>,
+    /// The session the request belongs to, when the host has one (an id).
+    #[serde(default)]
+    pub session_id: Option<String>,
 }
 
 /// An event for host reducers: a kind and opaque bytes.
@@ -863,7 +873,11 @@ impl Event {
             }
             Event::HistoryCurated(event) => {
                 check_id("conversation_id", &event.conversation_id)?;
-                check_label("strategy", &event.strategy)
+                check_label("strategy", &event.strategy)?;
+                if let Some(prompt_name) = &event.prompt_name {
+                    check_label("prompt_name", prompt_name)?;
+                }
+                check_optional_id("session_id", event.session_id.as_deref())
             }
             Event::Custom(event) => {
                 check_label("kind", &event.kind)?;

@@ -203,6 +203,8 @@ fn events() -> Vec<Event> {
             original_count: 9,
             curated_count: 9,
             at: at(11_001),
+            prompt_name: Some("travel/planner".into()),
+            session_id: Some("sess-42".into()),
         }),
         entry("eval-1", 0, 0, Role::User, "another conversation", 20_000).recorded_in("ctx_other"),
     ]
@@ -315,6 +317,11 @@ fn the_timeline_shows_parallel_failed_and_unfinished_calls() {
     assert_eq!(timeline.unknown_statuses.len(), 1);
     assert_eq!(timeline.unknown_statuses[0].call_id, "call_ghost");
     assert_eq!(timeline.curations.len(), 1);
+    assert_eq!(
+        timeline.curations[0].prompt_name.as_deref(),
+        Some("travel/planner")
+    );
+    assert_eq!(timeline.curations[0].session_id.as_deref(), Some("sess-42"));
     assert_eq!(timeline.resumed_visible_from, Some(1));
     assert_eq!(timeline.duration_ms, Some(11_000));
 }
@@ -409,7 +416,7 @@ fn text_is_plain_without_colour_and_coloured_with_it() {
         "↻ resumed",
         "anomaly: LSN 9: call already failed",
         "call_ghost",
-        "sliding_window(50)",
+        "sliding_window(50): 9 → 9 messages sent\n      (prompt travel/planner, session sess-42)",
         "5 tool calls (3 completed, 1 failed, 1 unfinished, 1 resumed)",
         "reasoning: 67 chars (hidden)",
         "#1  assistant  2 tool calls in parallel:",
@@ -596,6 +603,7 @@ fn html_is_self_contained_escaped_and_marks_failed_calls() {
     );
     assert!(!html.contains('\u{1b}'));
     assert!(html.contains("/tmp/store &lt;1&gt;"));
+    assert!(html.contains("<td>travel/planner</td><td>sess-42</td>"));
 
     // Nothing is loaded: no src attribute, links only to anchors in the page.
     assert!(attribute_values(&html, "src").is_empty());
@@ -808,7 +816,9 @@ fn tail_without_follow_prints_what_is_written_and_filters() {
     assert!(lines[2].contains("eval-1 #2 assistant: I'll check both cities. → get_weather(call_paris), get_weather(call_rome), search(call_news)"));
     assert!(lines[7].contains("← call_rome get_weather ERROR: upstream timeout"));
     assert!(lines[12].contains("call call_forecast → running (resumed)"));
-    assert!(lines[16].contains("history curated by sliding_window(50)"));
+    assert!(lines[16].contains(
+        "history curated by sliding_window(50): 9 → 9 messages sent, prompt travel/planner, session sess-42"
+    ));
 
     // The last two events of one conversation, as summaries in colour.
     let mut out = Vec::new();

@@ -419,6 +419,8 @@ impl EventGen {
                     original_count: rng.below(50),
                     curated_count: rng.below(10),
                     at,
+                    prompt_name: Some("planner".into()),
+                    session_id: None,
                 })
             }
             16 => self.custom(rng, None),

@@ -6,9 +6,10 @@ use std::collections::HashMap;
 
 use convlog::history::coherence::{self, Incoherence};
 use convlog::history::{
-    curate_conversation, parse_curation, ApproximateTokens, Composed, CurationContext,
-    HistoryManager, Passthrough, SlidingWindow, SummaryPlaceholder, TokenBudget, TokenEstimator,
-    ToolPruning, ToolResultTruncator, DEFAULT_TRUNCATION_SUFFIX,
+    curate_and_record_with, curate_conversation, curate_conversation_with, curated_event_with,
+    parse_curation, ApproximateTokens, Composed, CurationContext, CurationScope, HistoryManager,
+    Passthrough, SlidingWindow, SummaryPlaceholder, TokenBudget, TokenEstimator, ToolPruning,
+    ToolResultTruncator, DEFAULT_TRUNCATION_SUFFIX,
 };
 use convlog::log::LogReader;
 use convlog::model::{ConversationEntry, Event, Role, Timestamp, ToolCall, ToolStatus};
@@ -662,6 +663,114 @@ fn curation_is_recorded_and_the_full_history_is_untouched() {
         .unwrap();
     let event = convlog::codec::decode_event(&last.payload).unwrap();
     assert!(matches!(event, Event::HistoryCurated(_)));
+}
+
+#[test]
+fn curation_records_the_prompt_name_and_session_id_of_its_scope() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    let history = batch_history();
+    store
+        .append(
+            &history
+                .iter()
+                .cloned()
+                .map(|entry| entry.recorded_in("c"))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    let scope = CurationScope::new()
+        .prompt_name("travel/planner")
+        .session_id("sess-42");
+    curate_and_record_with(&store, "c", &history, &SlidingWindow::new(1), &scope).unwrap();
+    curate_conversation_with(&store, "c", &SlidingWindow::new(2), &CurationScope::new()).unwrap();
+    let scopes = |store: &Store| -> Vec<(Option<String>, Option<String>)> {
+        store
+            .conversation("c")
+            .unwrap()
+            .curations()
+            .iter()
+            .map(|(_, curated)| (curated.prompt_name.clone(), curated.session_id.clone()))
+            .collect()
+    };
+    let expected = vec![
+        (Some("travel/planner".into()), Some("sess-42".into())),
+        (None, None),
+    ];
+    assert_eq!(scopes(&store), expected);
+    // Through a snapshot and a reopen, and through the log alone.
+    store.snapshot().unwrap();
+    drop(store);
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    assert!(store.open_report().snapshot.is_some());
+    assert_eq!(scopes(&store), expected);
+    drop(store);
+    let events: Vec<Event> = LogReader::open(dir.path())
+        .unwrap()
+        .iter()
+        .map(|record| convlog::codec::decode_event(&record.unwrap().payload).unwrap())
+        .filter(|event| matches!(event, Event::HistoryCurated(_)))
+        .collect();
+    let Event::HistoryCurated(first) = &events[0] else {
+        unreachable!()
+    };
+    assert_eq!(first.prompt_name.as_deref(), Some("travel/planner"));
+    assert_eq!(first.session_id.as_deref(), Some("sess-42"));
+    // An overlong prompt name is cut like a strategy; an empty session id
+    // is refused at append, naming the field.
+    let event = curated_event_with(
+        "c",
+        "s",
+        1,
+        1,
+        Timestamp(0),
+        &CurationScope::new().prompt_name("é".repeat(2000)),
+    );
+    assert!(event.validate().is_ok());
+    let event = curated_event_with(
+        "c",
+        "s",
+        1,
+        1,
+        Timestamp(0),
+        &CurationScope::new().session_id(""),
+    );
+    assert_eq!(event.validate().unwrap_err().field, "session_id");
+}
+
+/// A store whose snapshot was written as format version 2 (before the
+/// curation fields) still opens from it: version 2 is read.
+#[test]
+fn a_version_2_snapshot_is_still_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    store
+        .append(
+            &batch_history()
+                .into_iter()
+                .map(|entry| entry.recorded_in("c"))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    let before = store.conversation("c").unwrap();
+    let info = store.snapshot().unwrap();
+    drop(store);
+    // Without curations, the version 2 and 3 layouts are the same bytes:
+    // the file differs in its version field (and the header checksum).
+    let mut bytes = std::fs::read(&info.path).unwrap();
+    assert_eq!(bytes[8..12], 3u32.to_le_bytes());
+    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..68]);
+    bytes[68..72].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&info.path, &bytes).unwrap();
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    assert!(
+        store.open_report().skipped_snapshots.is_empty(),
+        "{:?}",
+        store.open_report().skipped_snapshots
+    );
+    assert_eq!(store.open_report().snapshot, Some((info.path, info.lsn)));
+    assert_eq!(store.conversation("c").unwrap(), before);
 }
 
 #[test]

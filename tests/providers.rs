@@ -720,12 +720,69 @@ fn arguments_that_are_not_json_are_wrapped_where_an_object_is_needed() {
     assert_eq!(object(""), json!({}));
 }
 
+// ------------------------------------------------- strict OpenAI Chat format
+
+#[test]
+fn openai_chat_sends_reasoning_content_only_when_the_dialect_asks_for_it() {
+    // OpenAI's published request types forbid `reasoning_content` on an
+    // assistant message (strict endpoints answer HTTP 400): the default
+    // rendering never writes it; `openai_reasoning_content(true)` does, for
+    // OpenAI-compatible servers that want it.
+    let entries = reasoning_with_signatures();
+    let strict = rendered(Provider::OpenAiChat, &entries, &RenderOptions::default());
+    for message in &strict.messages {
+        assert!(
+            message.get("reasoning_content").is_none(),
+            "strict OpenAI Chat carries reasoning_content: {message}"
+        );
+    }
+    let dialect = render(
+        Provider::OpenAiChat,
+        &entries,
+        &RenderOptions::new().openai_reasoning_content(true),
+    )
+    .unwrap();
+    assert_eq!(
+        dialect.messages[2]["reasoning_content"],
+        json!("The user wants a fact; one search is enough.")
+    );
+    assert_eq!(
+        dialect.messages[4]["reasoning_content"],
+        json!("The result names the Burj Khalifa.")
+    );
+    // Redacted blocks have no text to send, and `include_reasoning(false)`
+    // wins over the dialect.
+    let off = render(
+        Provider::OpenAiChat,
+        &entries,
+        &RenderOptions::new()
+            .openai_reasoning_content(true)
+            .include_reasoning(false),
+    )
+    .unwrap();
+    assert!(off
+        .messages
+        .iter()
+        .all(|message| message.get("reasoning_content").is_none()));
+    // The rule checker holds the strict format to OpenAI's keys.
+    let broken = rules::check(Provider::OpenAiChat, &dialect).unwrap_err();
+    assert!(broken.contains("reasoning_content"), "{broken}");
+}
+
 // ------------------------------------------------------------- round trips
 
 /// provider → neutral → provider is the identity on what the provider has.
 fn round_trip(provider: Provider, sample: Value) -> Vec<ConversationEntry> {
+    round_trip_with(provider, sample, &RenderOptions::default())
+}
+
+fn round_trip_with(
+    provider: Provider,
+    sample: Value,
+    options: &RenderOptions,
+) -> Vec<ConversationEntry> {
     let entries = to_entries(provider, &sample, EVALUATION, 0, Timestamp(5)).expect("converts");
-    let request = rendered(provider, &entries, &RenderOptions::default());
+    let request = render(provider, &entries, options).expect("renders");
     assert_eq!(
         request.body(),
         sample,
@@ -745,7 +802,9 @@ fn roles(entries: &[ConversationEntry]) -> Vec<Role> {
 
 #[test]
 fn openai_chat_round_trip() {
-    let entries = round_trip(
+    // `reasoning_content` is the OpenAI-compatible dialect's field (GLM,
+    // DeepSeek): it comes back only when the dialect asks for it.
+    let entries = round_trip_with(
         Provider::OpenAiChat,
         json!({"messages": [
             {"role": "system", "content": "You are terse."},
@@ -759,6 +818,7 @@ fn openai_chat_round_trip() {
             {"role": "tool", "tool_call_id": "call_2", "content": "error: bad arguments"},
             {"role": "assistant", "content": "Paris is 18°C; Rome failed."},
         ]}),
+        &RenderOptions::new().openai_reasoning_content(true),
     );
     use Role::*;
     assert_eq!(

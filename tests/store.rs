@@ -614,6 +614,8 @@ proptest! {
                     original_count: 10,
                     curated_count: 4,
                     at: Timestamp(9),
+                    prompt_name: Some("planner".into()),
+                    session_id: Some("sess-1".into()),
                 }),
                 Step::Custom(size) => custom(usize::from(size % 16)),
                 Step::Snapshot => {

@@ -252,6 +252,8 @@ fn batch_events(batch: BatchId) -> Vec<Event> {
                     original_count: batch.counter,
                     curated_count: batch.counter.min(8),
                     at: time(batch, 1),
+                    prompt_name: None,
+                    session_id: None,
                 }));
             }
             events

@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
         let ids: Vec<String> = loaded.conversations.keys().cloned().collect();
         for id in ids {
             if let Ok(Some(blob)) = loaded.read_blob(&id) {
-                let _ = convlog::codec::decode_value::<convlog::ConversationSlice>(&blob);
+                let _ = loaded.decode_slice(&blob);
             }
         }
     }

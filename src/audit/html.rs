@@ -195,16 +195,18 @@ fn render(page: &mut String, timeline: &Timeline, options: &HtmlOptions) -> std:
     }
     page.push_str("</main>\n");
     if !timeline.curations.is_empty() {
-        page.push_str("<section class=\"panel\"><h2>History curations</h2><table class=\"grid\"><tr><th>LSN</th><th>When</th><th>Strategy</th><th>Messages</th></tr>");
+        page.push_str("<section class=\"panel\"><h2>History curations</h2><table class=\"grid\"><tr><th>LSN</th><th>When</th><th>Strategy</th><th>Messages</th><th>Prompt</th><th>Session</th></tr>");
         for curation in &timeline.curations {
             write!(
                 page,
-                "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td>{} → {} sent</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td><code>{}</code></td><td>{} → {} sent</td><td>{}</td><td>{}</td></tr>",
                 curation.lsn,
                 escape(&datetime(curation.at)),
                 escape(&curation.strategy),
                 curation.original_count,
-                curation.curated_count
+                curation.curated_count,
+                escape(curation.prompt_name.as_deref().unwrap_or("")),
+                escape(curation.session_id.as_deref().unwrap_or(""))
             )?;
         }
         page.push_str("</table></section>\n");

@@ -399,10 +399,20 @@ pub fn event_summary(lsn: Lsn, event: &Event, color: bool) -> String {
         Event::HistoryCurated(curated) => (
             Some(curated.at),
             format!(
-                "history curated by {}: {} → {} messages sent",
+                "history curated by {}: {} → {} messages sent{}{}",
                 one_line(&curated.strategy, 60),
                 curated.original_count,
-                curated.curated_count
+                curated.curated_count,
+                curated
+                    .prompt_name
+                    .as_deref()
+                    .map(|name| format!(", prompt {}", one_line(name, 60)))
+                    .unwrap_or_default(),
+                curated
+                    .session_id
+                    .as_deref()
+                    .map(|id| format!(", session {}", one_line(id, 60)))
+                    .unwrap_or_default()
             ),
         ),
         Event::Custom(custom) => (

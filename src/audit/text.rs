@@ -300,6 +300,10 @@ fn write_kept_apart(
                 curation.original_count,
                 curation.curated_count
             )?;
+            let scope = curation.scope_suffix();
+            if !scope.is_empty() {
+                writeln!(out, "      {}", one_line(&scope, 80))?;
+            }
         }
     }
     Ok(())

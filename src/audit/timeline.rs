@@ -372,6 +372,31 @@ pub struct CurationView {
     /// When.
     #[serde(serialize_with = "serialize_time_always")]
     pub at: Timestamp,
+    /// The prompt the curated request was built for, when recorded.
+    pub prompt_name: Option<String>,
+    /// The session, when recorded.
+    pub session_id: Option<String>,
+}
+
+impl CurationView {
+    /// `(prompt P, session S)`, naming what is recorded; empty when
+    /// neither is. Raw text: the caller makes it safe for its output.
+    pub fn scope_suffix(&self) -> String {
+        let parts: Vec<String> = [
+            self.prompt_name
+                .as_ref()
+                .map(|name| format!("prompt {name}")),
+            self.session_id.as_ref().map(|id| format!("session {id}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!("({})", parts.join(", "))
+        }
+    }
 }
 
 /// One conversation, ready to render: see the [module docs](super).
@@ -559,6 +584,8 @@ fn build(
                 original_count: curated.original_count,
                 curated_count: curated.curated_count,
                 at: curated.at,
+                prompt_name: curated.prompt_name.clone(),
+                session_id: curated.session_id.clone(),
             })
             .collect(),
     }

@@ -60,7 +60,9 @@ pub use managers::{
     Composed, Passthrough, SlidingWindow, ToolResultTruncator, DEFAULT_TRUNCATION_SUFFIX,
 };
 pub use record::{
-    curate_and_record, curate_conversation, curated_event, record_curation, Curation,
+    curate_and_record, curate_and_record_with, curate_conversation, curate_conversation_with,
+    curated_event, curated_event_with, record_curation, record_curation_with, Curation,
+    CurationScope,
 };
 pub use spec::parse_curation;
 pub use tokens::{ApproximateTokens, TokenBudget, TokenEstimator};

@@ -5,7 +5,7 @@
 //! | system entry | `{"role": "system"}` (or `developer`, kept in metadata), in place |
 //! | user entry | `{"role": "user", "content": text}` |
 //! | assistant entry | `{"role": "assistant", "content": text or null, "tool_calls": [...]}`; `null` only with calls |
-//! | reasoning text | `reasoning_content` (GLM's thinking mode) |
+//! | reasoning text | `reasoning_content` only with `RenderOptions::openai_reasoning_content` (GLM, DeepSeek); never for OpenAI itself |
 //! | tool call | `{"id", "type": "function", "function": {"name", "arguments": string verbatim}}` |
 //! | result | one `{"role": "tool", "tool_call_id", "content"}` message per result |
 
@@ -34,7 +34,10 @@ pub(crate) fn render(plan: &Plan<'_>, options: &RenderOptions) -> Vec<Value> {
                 message.insert("role".into(), json!("assistant"));
                 let content = entry.content.as_deref().filter(|text| has_text(Some(text)));
                 message.insert("content".into(), json!(content));
-                if options.include_reasoning {
+                // OpenAI's own API rejects `reasoning_content` (its request
+                // types forbid unknown keys): only a dialect that asks for it
+                // gets it.
+                if options.include_reasoning && options.openai_reasoning_content {
                     if let Some(reasoning) = reasoning_text(entry) {
                         message.insert("reasoning_content".into(), json!(reasoning));
                     }

@@ -12,7 +12,9 @@
 //!   message whose `tool_calls` holds its id, contiguously; every call id is
 //!   answered before the next non-tool message and before the end; call ids
 //!   are unique; `tool_calls` is never empty; `content` is null only
-//!   alongside `tool_calls`; `arguments` is a string.
+//!   alongside `tool_calls`; `arguments` is a string; no key outside
+//!   OpenAI's published message types (so no `reasoning_content`, which
+//!   only an OpenAI-compatible dialect takes).
 //! - OpenAI Responses ([`check_openai_responses`]): every `function_call`
 //!   has exactly one `function_call_output` after it and every output has
 //!   its call (`call_id`); a `reasoning` item has an `id` and a `summary`
@@ -116,6 +118,7 @@ pub fn check_openai_chat(messages: &[Value]) -> Result<(), String> {
                 "{at} ({role}) comes before tool call(s) {unanswered:?} are answered"
             ));
         }
+        check_keys(message, openai_chat_keys(role), &at)?;
         match role {
             "system" | "developer" | "user" => {
                 if !is_string(message.get("content")) {
@@ -179,6 +182,39 @@ pub fn check_openai_chat(messages: &[Value]) -> Result<(), String> {
     }
     if !unanswered.is_empty() {
         return Err(format!("tool call(s) {unanswered:?} are never answered"));
+    }
+    Ok(())
+}
+
+/// The keys OpenAI's published message types allow, per role (its SDK's
+/// `ChatCompletion*MessageParam`; unknown keys are rejected by strict
+/// endpoints). `reasoning_content` is not among them.
+fn openai_chat_keys(role: &str) -> &'static [&'static str] {
+    match role {
+        "system" | "developer" | "user" => &["role", "content", "name"],
+        "assistant" => &[
+            "role",
+            "content",
+            "name",
+            "tool_calls",
+            "refusal",
+            "audio",
+            "function_call",
+        ],
+        "tool" => &["role", "content", "tool_call_id"],
+        _ => &[],
+    }
+}
+
+/// Refuses a key of `value` outside `allowed` (an empty list allows all).
+fn check_keys(value: &Value, allowed: &[&str], at: &str) -> Result<(), String> {
+    if allowed.is_empty() {
+        return Ok(());
+    }
+    if let Some(object) = value.as_object() {
+        if let Some(key) = object.keys().find(|key| !allowed.contains(&key.as_str())) {
+            return Err(format!("{at}: key {key:?} is not allowed here"));
+        }
     }
     Ok(())
 }

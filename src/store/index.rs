@@ -172,7 +172,7 @@ impl StoreCore {
         let base_lsn = snapshot.as_ref().map_or(1, |loaded| loaded.lsn);
         let mut slice = match &snapshot {
             Some(loaded) => match loaded.read_blob(conversation_id) {
-                Ok(Some(blob)) => Some(codec::decode_value::<ConversationSlice>(&blob).map_err(|reason| {
+                Ok(Some(blob)) => Some(loaded.decode_slice(&blob).map_err(|reason| {
                     Error::SnapshotDamaged {
                         path: loaded.path.clone(),
                         reason: format!("the slice of conversation {conversation_id:?} does not decode: {reason}"),

@@ -36,8 +36,14 @@ use crate::storage::{Storage, StorageFile};
 pub const SNAPSHOT_DIR: &str = "snapshots";
 /// Magic bytes at the start of every snapshot file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"CVLOGSNP";
-/// The snapshot format version this build writes and reads.
-pub const SNAPSHOT_VERSION: u32 = 2;
+/// The snapshot format version this build writes (and the newest it
+/// reads): version 3, whose slices hold the `history_curated` bodies of
+/// event codec version 2.
+pub const SNAPSHOT_VERSION: u32 = 3;
+/// The oldest snapshot format version this build reads: version 2, the same
+/// file with curations in their codec version 1 form (decoded with
+/// `prompt_name` and `session_id` `None`).
+pub const SNAPSHOT_VERSION_MIN: u32 = 2;
 
 const MAGIC_OFFSET: usize = 0;
 const VERSION_OFFSET: usize = MAGIC_OFFSET + 8;
@@ -100,6 +106,8 @@ pub struct SnapshotBinding {
 pub struct LoadedSnapshot {
     /// The file.
     pub path: PathBuf,
+    /// Its format version (`SNAPSHOT_VERSION_MIN..=SNAPSHOT_VERSION`).
+    pub version: u32,
     /// Every event below this LSN is folded in.
     pub lsn: Lsn,
     /// The store and log prefix it was taken of.
@@ -112,6 +120,15 @@ pub struct LoadedSnapshot {
 }
 
 impl LoadedSnapshot {
+    /// Decodes a conversation's blob (from [`LoadedSnapshot::read_blob`])
+    /// in this snapshot's format version.
+    pub fn decode_slice(
+        &self,
+        blob: &[u8],
+    ) -> std::result::Result<crate::conversation::ConversationSlice, String> {
+        crate::conversation::decode_snapshot_slice(self.version, blob)
+    }
+
     /// Reads and checks the blob of `conversation_id`, if the snapshot has it.
     pub fn read_blob(&self, conversation_id: &str) -> Result<Option<Vec<u8>>> {
         let Some(location) = self.conversations.get(conversation_id) else {
@@ -291,9 +308,9 @@ pub fn load(storage: &dyn Storage, path: &Path) -> Result<LoadedSnapshot> {
         return Err(damaged("bad magic (not a convlog snapshot)".into()));
     }
     let version = field_u32(&header, VERSION_OFFSET);
-    if version != SNAPSHOT_VERSION {
+    if !(SNAPSHOT_VERSION_MIN..=SNAPSHOT_VERSION).contains(&version) {
         return Err(damaged(format!(
-            "snapshot format version {version} is not supported (this build reads {SNAPSHOT_VERSION})"
+            "snapshot format version {version} is not supported (this build reads {SNAPSHOT_VERSION_MIN} to {SNAPSHOT_VERSION})"
         )));
     }
     if crc32fast::hash(&header[..HEADER_CRC_OFFSET]) != field_u32(&header, HEADER_CRC_OFFSET) {
@@ -360,6 +377,7 @@ pub fn load(storage: &dyn Storage, path: &Path) -> Result<LoadedSnapshot> {
     }
     Ok(LoadedSnapshot {
         path: path.to_path_buf(),
+        version,
         lsn,
         binding,
         conversations,
@@ -374,12 +392,12 @@ pub fn verify(storage: &dyn Storage, path: &Path) -> Result<(Lsn, usize)> {
     let snapshot = load(storage, path)?;
     for id in snapshot.conversations.keys() {
         let blob = snapshot.read_blob(id)?.expect("listed in the directory");
-        codec::decode_value::<crate::conversation::ConversationSlice>(&blob).map_err(|reason| {
-            Error::SnapshotDamaged {
+        snapshot
+            .decode_slice(&blob)
+            .map_err(|reason| Error::SnapshotDamaged {
                 path: path.to_path_buf(),
                 reason: format!("the slice of conversation {id:?} does not decode: {reason}"),
-            }
-        })?;
+            })?;
     }
     Ok((snapshot.lsn, snapshot.conversations.len()))
 }

@@ -659,8 +659,8 @@ async fn failing_panicking_and_hanging_tools_fail_their_calls_and_the_loop_goes_
         results,
         [
             (true, "station offline".to_string()),
-            (true, "tool weather panicked: sensor exploded".to_string()),
-            (true, "tool weather did not finish within 20 ms".to_string()),
+            (true, "tool `weather` panicked: sensor exploded".to_string()),
+            (true, "tool `weather` timed out after 0.02 s".to_string()),
             (false, "fine".to_string()),
         ]
     );

@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use convlog::history::{curated_event, CurationContext};
+use convlog::history::{curated_event_with, CurationContext};
 use convlog::model::{
     ConversationEntry, Event, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged,
 };
@@ -22,9 +22,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use uuid::Uuid;
 
 use super::MODEL_CALL_FAILED;
-use super::{
-    blocking, exec, view, RunError, RunEvent, RunObserver, RunOutcome, Runner, StopReason,
-};
+use super::{blocking, view, RunError, RunEvent, RunObserver, RunOutcome, Runner, StopReason};
 use crate::client::{ModelErrorKind, ModelRequest, StreamDelta, Usage};
 use crate::tools::ToolError;
 
@@ -174,16 +172,13 @@ impl<'r> Evaluation<'r> {
                     .with_conversation(slice);
                 let curated = manager.curate(&shown, &context);
                 if curated != shown {
-                    // THE place the HistoryCurated event is built: when the
-                    // core's event gains the prompt name and session id, pass
-                    // `runner.options.prompt` and `runner.options.session_id`
-                    // here.
-                    let event = curated_event(
+                    let event = curated_event_with(
                         &self.conversation_id,
                         &manager.strategy(),
                         shown.len(),
                         curated.len(),
                         Timestamp::now(),
+                        &runner.curation_scope(),
                     );
                     self.append(vec![event]).await?;
                 }
@@ -347,25 +342,17 @@ impl<'r> Evaluation<'r> {
             call: call.clone(),
             resumed,
         });
-        let tool = Arc::clone(
-            self.runner
-                .tools
-                .get(&call.name)
-                .expect("only calls of known tools are run"),
-        );
         let context = Runner::tool_context(
             &self.conversation_id,
             &self.evaluation_id,
             &call.call_id,
             resumed,
         );
-        let output = exec::call_tool(
-            tool,
-            call.arguments.clone(),
-            context,
-            self.runner.tools.call_timeout(),
-        )
-        .await;
+        let output = self
+            .runner
+            .tools
+            .call(&call.name, &call.arguments, &context)
+            .await;
         let (entry, status) = result_batch(&self.conversation_id, assistant, call, output);
         let id = entry.message_id;
         self.append(vec![

@@ -8,7 +8,7 @@ use convlog::model::{ConversationEntry, Role, ToolStatus};
 use futures_util::future::join_all;
 use tokio::runtime::{Handle, RuntimeFlavor};
 
-use super::{exec, view, RunError, Runner};
+use super::{view, RunError, Runner};
 use crate::client::ModelRequest;
 use crate::tools::ToolError;
 
@@ -123,14 +123,14 @@ async fn generate(
         }
         let known = calls
             .iter()
-            .filter_map(|call| Some((call, runner.tools.get(&call.name)?)));
-        let results = join_all(known.map(|(call, tool)| {
+            .filter(|call| runner.tools.get(&call.name).is_some());
+        let results = join_all(known.map(|call| {
             let context = Runner::tool_context(context_id, &evaluation_id, &call.call_id, false);
-            let tool = Arc::clone(tool);
-            let arguments = call.arguments.clone();
             async move {
-                let output =
-                    exec::call_tool(tool, arguments, context, runner.tools.call_timeout()).await;
+                let output = runner
+                    .tools
+                    .call(&call.name, &call.arguments, &context)
+                    .await;
                 (call, output)
             }
         }))

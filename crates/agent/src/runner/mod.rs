@@ -58,14 +58,13 @@
 //! evaluation at once would both re-run its unfinished calls.
 
 mod drive;
-mod exec;
 mod generator;
 mod view;
 
 use std::fmt;
 use std::sync::Arc;
 
-use convlog::history::HistoryManager;
+use convlog::history::{CurationScope, HistoryManager};
 use convlog::model::{ConversationEntry, Event, Role, ToolCall};
 use convlog::provider::DisplayName;
 use convlog::resume::{PromptIdentity, ResumeOptions};
@@ -537,6 +536,19 @@ impl Runner {
             created_at: entry.created_at,
             entry,
         }))
+    }
+
+    /// What a `history_curated` event records of this runner: the prompt
+    /// identity (`namespace/key`) as the prompt name, and the session id.
+    fn curation_scope(&self) -> CurationScope {
+        let mut scope = CurationScope::new();
+        if let Some(prompt) = &self.options.prompt {
+            scope = scope.prompt_name(prompt.to_string());
+        }
+        if let Some(session_id) = &self.options.session_id {
+            scope = scope.session_id(session_id.clone());
+        }
+        scope
     }
 
     /// The tool context of a call.

@@ -396,3 +396,31 @@ async fn an_error_event_inside_a_stream_surfaces_verbatim() {
     assert_eq!(failure.attempts, 1, "a started stream is not retried");
     assert_eq!(deltas.taken(), [StreamDelta::Text("He".into())]);
 }
+
+#[tokio::test]
+async fn a_stream_that_ends_before_message_stop_is_malformed() {
+    let whole = anthropic::message(vec![anthropic::text("Hello")]);
+    let mut events = anthropic::events(&whole, 2);
+    events.pop(); // message_stop
+    let server = FakeServer::start(vec![anthropic::stream(&events, 16)]);
+    let deltas = support::Deltas::default();
+    let error = complete(
+        config(&server),
+        &support::conversation("Hi"),
+        &[],
+        Some(&deltas),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&error.kind, ModelErrorKind::Malformed(reason)
+            if reason.contains("stream ended before its end frame")),
+        "{error}"
+    );
+    assert_eq!(error.attempts, 1);
+    let texts: Vec<StreamDelta> = ["He", "ll", "o"]
+        .iter()
+        .map(|piece| StreamDelta::Text(piece.to_string()))
+        .collect();
+    assert_eq!(deltas.taken(), texts, "what arrived was delivered");
+}

@@ -386,3 +386,32 @@ async fn a_400_and_an_error_chunk_in_a_stream_surface_verbatim() {
     );
     assert_eq!(deltas.taken(), [StreamDelta::Text("He".into())]);
 }
+
+#[tokio::test]
+async fn a_stream_that_ends_before_its_finish_reason_is_malformed() {
+    let mut chunks = gemini::chunks(&gemini::response(vec![gemini::text("Hello")]), 2);
+    chunks.pop(); // the chunk with the finish reason
+    let server = FakeServer::start(vec![gemini::stream(&chunks, 16)]);
+    let deltas = support::Deltas::default();
+    let error = support::complete(
+        config(&server),
+        &support::conversation("Hi"),
+        &[],
+        Some(&deltas),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&error.kind, ModelErrorKind::Malformed(reason)
+            if reason.contains("stream ended before its end frame")),
+        "{error}"
+    );
+    assert_eq!(error.attempts, 1);
+    assert_eq!(
+        deltas.taken(),
+        [
+            StreamDelta::Text("He".into()),
+            StreamDelta::Text("ll".into())
+        ]
+    );
+}

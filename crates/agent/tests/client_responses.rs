@@ -398,3 +398,43 @@ async fn error_bodies_are_kept_verbatim() {
     );
     assert_eq!(server.requests().len(), 2);
 }
+
+#[tokio::test]
+async fn a_stream_cut_before_response_completed_is_an_error() {
+    let whole = responses::response("completed", vec![responses::message("msg_1", "Hello")]);
+    let mut events = responses::events(&whole, 2);
+    events.pop(); // response.completed
+    let server = FakeServer::start(vec![
+        // Ends cleanly without the terminal event.
+        responses::stream(&events, 16),
+        // The connection drops in the middle of the body.
+        responses::stream(&events, 16).then_cut(),
+    ]);
+    let entries = support::conversation("Hi");
+    let error = support::complete(
+        config(&server),
+        &entries,
+        &[],
+        Some(&support::Deltas::default()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&error.kind, ModelErrorKind::Malformed(reason)
+            if reason.contains("stream ended before its end frame")),
+        "{error}"
+    );
+    let error = support::complete(
+        config(&server),
+        &entries,
+        &[],
+        Some(&support::Deltas::default()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&error.kind, ModelErrorKind::Connect(reason) if reason.contains("stream broke")),
+        "{error}"
+    );
+    assert_eq!(error.attempts, 1, "a started stream is not retried");
+}

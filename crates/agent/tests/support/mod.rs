@@ -29,13 +29,16 @@
 //! made is in [`FakeServer::requests`].
 //!
 //! Format helpers live in one submodule per wire format ([`openai`],
-//! [`ollama`]): add `anthropic.rs`, `gemini.rs`, ... beside them, each
-//! building `serde_json::Value` bodies and [`Reply`]s with [`Reply::sse`] or
-//! [`Reply::ndjson`].
+//! [`ollama`], [`anthropic`], [`gemini`], [`responses`]), each building
+//! `serde_json::Value` bodies and [`Reply`]s with [`Reply::sse`],
+//! [`Reply::typed_sse`] or [`Reply::ndjson`].
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod anthropic;
+pub mod gemini;
 pub mod ollama;
 pub mod openai;
+pub mod responses;
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -177,6 +180,21 @@ impl Reply {
         Reply::stream("text/event-stream", &sse_text(data), piece_size)
     }
 
+    /// A 200 `text/event-stream` of one event per item of `events`, each
+    /// named by its own `type` field (`event: message_start` then `data:
+    /// {...}`, as Anthropic and OpenAI Responses send them), in pieces of
+    /// `piece_size` bytes.
+    pub fn typed_sse(events: &[Value], piece_size: usize) -> Reply {
+        let text: String = events
+            .iter()
+            .map(|event| match event.get("type").and_then(Value::as_str) {
+                Some(name) => format!("event: {name}\ndata: {event}\n\n"),
+                None => format!("data: {event}\n\n"),
+            })
+            .collect();
+        Reply::stream("text/event-stream", &text, piece_size)
+    }
+
     /// A 200 `application/x-ndjson` of one line per value, in pieces of
     /// `piece_size` bytes.
     pub fn ndjson(lines: &[Value], piece_size: usize) -> Reply {
@@ -216,6 +234,15 @@ impl Reply {
         }
         self
     }
+}
+
+/// `text` cut every `size` characters.
+pub fn pieces(text: &str, size: usize) -> Vec<String> {
+    let characters: Vec<char> = text.chars().collect();
+    characters
+        .chunks(size.max(1))
+        .map(|piece| piece.iter().collect())
+        .collect()
 }
 
 /// SSE text with one `data:` event per item (JSON compact, strings as is).
@@ -457,6 +484,7 @@ fn reason(status: u16) -> &'static str {
         500 => "Internal Server Error",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
+        529 => "Overloaded",
         _ => "Status",
     }
 }
@@ -497,4 +525,109 @@ pub fn comparable(entry: &convlog::ConversationEntry) -> Value {
     value["message_id"] = Value::Null;
     value["created_at"] = Value::Null;
     value
+}
+
+/// Holds a recorded request body to convlog's own rules for `provider`
+/// (`convlog::provider::rules`, on its messages and system field) and its
+/// top-level fields to `allowed` (the API's documented request fields).
+pub fn assert_valid_body(provider: convlog::Provider, body: &Value, allowed: &[&str]) {
+    use convlog::provider::rules;
+    let object = body.as_object().expect("the request body is an object");
+    for key in object.keys() {
+        assert!(
+            allowed.contains(&key.as_str()),
+            "{provider} request carries {key:?}, not one of its API's fields: {body}"
+        );
+    }
+    let messages = object
+        .get(provider.messages_field())
+        .and_then(Value::as_array)
+        .unwrap_or_else(|| panic!("no {} list: {body}", provider.messages_field()));
+    let system = provider.system_field().and_then(|field| object.get(field));
+    let checked = match provider {
+        convlog::Provider::OpenAiChat => rules::check_openai_chat(messages),
+        convlog::Provider::OpenAiResponses => rules::check_openai_responses(messages),
+        convlog::Provider::Anthropic => rules::check_anthropic(system, messages),
+        convlog::Provider::Gemini => rules::check_gemini(system, messages),
+        convlog::Provider::Ollama => rules::check_ollama(messages),
+    };
+    checked.unwrap_or_else(|error| panic!("{provider} rules: {error}: {body}"));
+}
+
+/// `entries` continued by `reply`'s assistant entry (placed after them, its
+/// calls completed) and one result per call (`result(name)` as content):
+/// the history of the next request of a tool loop.
+pub fn continued(
+    entries: &[convlog::ConversationEntry],
+    reply: &convlog_agent::ModelReply,
+    result: impl Fn(&str) -> String,
+) -> Vec<convlog::ConversationEntry> {
+    use convlog::{ConversationEntry, Role, ToolStatus};
+    let mut history = entries.to_vec();
+    let evaluation = entries
+        .first()
+        .map_or("eval-1".to_string(), |entry| entry.evaluation_id.clone());
+    let mut sequence = entries.last().map_or(0, |entry| entry.sequence + 1);
+    let mut assistant = reply.entry.clone();
+    assistant.evaluation_id = evaluation.clone();
+    assistant.sequence = sequence;
+    assistant.turn = 1;
+    for call in &mut assistant.tool_calls {
+        call.status = ToolStatus::Completed;
+    }
+    let calls = assistant.tool_calls.clone();
+    history.push(assistant);
+    for call in calls {
+        sequence += 1;
+        let mut answer =
+            ConversationEntry::new(&evaluation, sequence, Role::Tool, Some(result(&call.name)));
+        answer.tool_call_id = Some(call.call_id.clone());
+        answer.tool_name = Some(call.name.clone());
+        answer.turn = 1;
+        history.push(answer);
+    }
+    history
+}
+
+/// One call of an [`convlog_agent::HttpClient`] for `config` over `entries`
+/// and `tools`: streamed into `deltas` when given, whole otherwise.
+pub async fn complete(
+    config: convlog_agent::ClientConfig,
+    entries: &[convlog::ConversationEntry],
+    tools: &[convlog_agent::ToolSpec],
+    deltas: Option<&Deltas>,
+) -> Result<convlog_agent::ModelReply, convlog_agent::ModelError> {
+    use convlog_agent::ModelClient;
+    let client = convlog_agent::HttpClient::new(config);
+    let render = convlog::RenderOptions::new();
+    let request = convlog_agent::ModelRequest {
+        entries,
+        tools,
+        render: &render,
+    };
+    match deltas {
+        Some(deltas) => {
+            let sink = deltas.sink();
+            client.complete(request, Some(&sink)).await
+        }
+        None => client.complete(request, None).await,
+    }
+}
+
+/// Two tools: `weather` and `time`, each taking a city.
+pub fn weather_tools() -> Vec<convlog_agent::ToolSpec> {
+    use serde_json::json;
+    vec![
+        convlog_agent::ToolSpec {
+            name: "weather".into(),
+            description: "Current weather of a city".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}},
+                               "required": ["city"]}),
+        },
+        convlog_agent::ToolSpec {
+            name: "time".into(),
+            description: "Local time of a city".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        },
+    ]
 }

@@ -383,7 +383,9 @@ async fn the_history_manager_curates_what_the_model_sees_and_the_curation_is_rec
         &store,
         &client,
         &tool,
-        options().history_manager(Some(manager)),
+        options()
+            .history_manager(Some(manager))
+            .session_id(Some("host-session-7".into())),
     );
 
     runner.run(CONVERSATION, "one").await.unwrap();
@@ -406,7 +408,9 @@ async fn the_history_manager_curates_what_the_model_sees_and_the_curation_is_rec
         .iter()
         .all(|curated| curated.strategy == "sliding_window(2)"
             && curated.curated_count == 3
-            && curated.original_count > 3));
+            && curated.original_count > 3
+            && curated.prompt_name.as_deref() == Some("travel/weather")
+            && curated.session_id.as_deref() == Some("host-session-7")));
     assert_no_dangling(&requests);
 }
 

@@ -737,3 +737,81 @@ async fn render_options_reach_the_client_and_tools_are_offered() {
     assert!(!render.include_reasoning);
     assert_eq!(client.offered.lock().unwrap()[0], ["weather"]);
 }
+
+/// A `weather` tool that tells the test it started, then waits until the
+/// test lets it finish.
+fn gated_weather(
+    started: tokio::sync::mpsc::UnboundedSender<()>,
+    release: Arc<tokio::sync::Semaphore>,
+) -> convlog_agent::tools::function::FunctionTool {
+    convlog_agent::tools::function::FunctionTool::new(
+        "weather",
+        "Weather of a city",
+        serde_json::json!({"type": "object"}),
+        move |_arguments: String, _context: convlog_agent::ToolContext| {
+            let started = started.clone();
+            let release = Arc::clone(&release);
+            async move {
+                let _ = started.send(());
+                let permit = release.acquire().await.expect("never closed");
+                permit.forget();
+                Ok("18C".to_string())
+            }
+        },
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_runner_on_a_conversation_in_progress_is_refused_and_records_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let client = ScriptedClient::new(weather_script(&[&["paris"]]));
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let tools = Toolset::new().with(gated_weather(started_tx, Arc::clone(&release)));
+    let first = Runner::new(Arc::clone(&store), client.clone(), tools.clone(), options());
+    let second = Runner::new(Arc::clone(&store), client.clone(), tools, options());
+
+    let running = tokio::spawn({
+        let first = first.clone();
+        async move { first.run(CONVERSATION, "Weather in Paris?").await }
+    });
+    started.recv().await.expect("the tool starts");
+    let events_before = events(&store).len();
+
+    // While the first run waits in its tool: a second run, a resume and an
+    // answer of the same conversation are refused, with nothing recorded.
+    let busy = |result: Result<(), RunError>| match result {
+        Err(RunError::Busy { conversation_id }) => assert_eq!(conversation_id, CONVERSATION),
+        other => panic!("expected Busy, got {other:?}"),
+    };
+    busy(second.run(CONVERSATION, "Again?").await.map(drop));
+    busy(second.resume(CONVERSATION).await.map(drop));
+    busy(
+        second
+            .answer_call(CONVERSATION, "call_17_0_paris", Ok("9C".into()))
+            .await
+            .map(drop),
+    );
+    assert_eq!(events(&store).len(), events_before, "nothing was recorded");
+
+    // Another conversation is not held up (one permit for the first run's
+    // waiting tool, one for this run's).
+    release.add_permits(2);
+    let other = second.run("other-trip", "Weather in Paris?").await.unwrap();
+    assert_eq!(other.stop, StopReason::Final);
+    let outcome = running.await.unwrap().unwrap();
+    assert_eq!(outcome.stop, StopReason::Final);
+    for finished in [&other, &outcome] {
+        let results: Vec<(bool, Option<&str>)> = finished
+            .entries
+            .iter()
+            .filter(|entry| entry.role == Role::Tool)
+            .map(|entry| (entry.is_error, entry.content.as_deref()))
+            .collect();
+        assert_eq!(results, [(false, Some("18C"))], "each tool ran to its end");
+    }
+    // Once the first run returned, the conversation is free again.
+    let again = second.resume(CONVERSATION).await.unwrap();
+    assert_eq!(again.stop, StopReason::AlreadyFinished);
+}

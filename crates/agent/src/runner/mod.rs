@@ -54,9 +54,13 @@
 //! thread; `spawn_blocking` works on both runtime flavours, where
 //! `block_in_place` panics on a current-thread runtime.
 //!
-//! One runner at a time per conversation: two hosts resuming the same
-//! evaluation at once would both re-run its unfinished calls.
+//! One runner at a time per conversation: two resuming the same
+//! evaluation at once would both re-run its unfinished calls. A run, a
+//! resume and [`Runner::answer_call`] claim the conversation for their
+//! duration; another one meanwhile (any runner on the same `Arc<Store>`)
+//! fails with [`RunError::Busy`] and records nothing.
 
+mod claim;
 mod drive;
 mod generator;
 mod view;
@@ -344,6 +348,15 @@ pub enum RunError {
         /// The call id.
         call_id: String,
     },
+    /// Another run, resume or answer of this conversation is in progress
+    /// in this process (one runner at a time per conversation: two would
+    /// both run its unfinished calls). Nothing was recorded; try again
+    /// when it has returned.
+    #[error("conversation {conversation_id} is being run by another runner; try again when it has finished")]
+    Busy {
+        /// The conversation.
+        conversation_id: String,
+    },
     /// A blocking store task could not finish (the runtime is shutting
     /// down, or it panicked).
     #[error("a store task did not finish: {0}")]
@@ -445,6 +458,7 @@ impl Runner {
         options: ResumeOptions,
         observer: Option<RunObserver<'_>>,
     ) -> Result<RunOutcome, RunError> {
+        let _claim = claim::Claim::take(&self.store, conversation_id)?;
         let store = Arc::clone(&self.store);
         let conversation = conversation_id.to_string();
         let state = blocking(move || store.resume(&conversation, &options)).await??;
@@ -467,6 +481,7 @@ impl Runner {
         call_id: &str,
         output: Result<String, String>,
     ) -> Result<ConversationEntry, RunError> {
+        let _claim = claim::Claim::take(&self.store, conversation_id)?;
         let store = Arc::clone(&self.store);
         let conversation = conversation_id.to_string();
         let slice = blocking(move || store.conversation(&conversation)).await??;
@@ -503,6 +518,7 @@ impl Runner {
         input: String,
         observer: Option<RunObserver<'_>>,
     ) -> Result<RunOutcome, RunError> {
+        let _claim = claim::Claim::take(&self.store, conversation_id)?;
         let evaluation_id = format!("{EVALUATION_ID_PREFIX}{}", uuid::Uuid::new_v4().simple());
         let mut system = ConversationEntry::new(
             evaluation_id.as_str(),

@@ -157,3 +157,8 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/embedding.md")]
 pub struct EmbeddingDoctests;
+
+/// The example of `docs/interop.md`, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/interop.md")]
+pub struct InteropDoctests;

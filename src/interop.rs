@@ -206,7 +206,9 @@ struct ItemExtension {
     finish_reason: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     metadata: BTreeMap<String, String>,
-    /// The exact state of each call that is not plainly pending.
+    /// The exact state of each call that is not plainly pending (every
+    /// finished one: without it the import rules for other hosts' documents
+    /// would apply, which derive times and `is_error`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<CallExtension>,
 }
@@ -324,7 +326,7 @@ fn extension_of(entry: &ConversationEntry) -> Option<ItemExtension> {
             .tool_calls
             .iter()
             .filter(|call| {
-                call.status == ToolStatus::Running
+                call.status != ToolStatus::Pending
                     || call.started_at.is_some()
                     || call.ended_at.is_some()
                     || call.error.is_some()

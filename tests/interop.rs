@@ -627,6 +627,25 @@ fn a_result_recorded_before_its_call_still_round_trips() {
     assert_eq!(copied, original, "document:\n{json}");
 }
 
+#[test]
+fn calls_recorded_with_a_status_in_their_entry_round_trip() {
+    // A host recorded calls already finished, without times, and a result
+    // that disagrees with one of them (kept out as an anomaly).
+    let mut failed = ToolCall::new("f", "t", "{}");
+    failed.status = ToolStatus::Failed;
+    let mut done = ToolCall::new("d", "t", "{}");
+    done.status = ToolStatus::Completed;
+    let ask = timed(
+        ConversationEntry::assistant_calling("e", 0, [failed, done]),
+        1,
+    );
+    let result = timed(ConversationEntry::tool_result("e", 1, "f", "t", "fine"), 2);
+    let (original, copied, json) =
+        round_trip(&[ask.recorded_in("trip"), result.recorded_in("trip")]);
+    assert_eq!(copied, original, "document:\n{json}");
+    assert!(!copied[1].is_error);
+}
+
 /// What happens to one call of a generated conversation.
 #[derive(Debug, Clone, Copy)]
 enum Fate {

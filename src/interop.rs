@@ -1007,13 +1007,13 @@ pub fn plan_import(text: &str, options: &ImportOptions) -> Result<ImportPlan, Sn
 }
 
 /// The batch for `items`, with the calls whose exact state the status
-/// events do not reach (a result recorded before its call, a call id held
-/// twice) recorded in their entry as they are; and how many those are.
+/// events do not reach (for instance: a result ordered before its call, or
+/// a finished call without times) recorded in their entry as they are; and how many those are.
 fn settle_calls(conversation_id: &str, parsed: &[Item]) -> (Built, usize) {
     let mut in_entry: HashSet<(usize, usize)> = HashSet::new();
     let mut built = build_events(conversation_id, parsed, &in_entry);
     // The fold may not reach an exact state through events (a result
-    // recorded before its call, a call id held twice): such calls are
+    // ordered before its call, a finished call without times): such calls are
     // recorded in their entry as they are.
     let folded = fold(conversation_id, built.events.iter().map(|event| (event, 1)));
     let held: HashMap<Uuid, &ConversationEntry> = folded

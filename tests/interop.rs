@@ -646,6 +646,29 @@ fn calls_recorded_with_a_status_in_their_entry_round_trip() {
     assert!(!copied[1].is_error);
 }
 
+#[test]
+fn a_call_id_held_twice_in_one_evaluation_round_trips() {
+    // Statuses apply to the last assistant entry holding the id; the first
+    // keeps what it was recorded with.
+    let first = timed(
+        ConversationEntry::assistant_calling("e", 0, [ToolCall::new("c", "t", "{}")]),
+        1,
+    );
+    let second = timed(
+        ConversationEntry::assistant_calling("e", 2, [ToolCall::new("c", "t", "{}")]),
+        2,
+    );
+    let events = vec![
+        first.recorded_in("trip"),
+        status("c", "e", ToolStatus::Running, 3),
+        second.recorded_in("trip"),
+        status("c", "e", ToolStatus::Running, 4),
+        timed(ConversationEntry::tool_result("e", 3, "c", "t", "ok"), 5).recorded_in("trip"),
+    ];
+    let (original, copied, json) = round_trip(&events);
+    assert_eq!(copied, original, "document:\n{json}");
+}
+
 /// What happens to one call of a generated conversation.
 #[derive(Debug, Clone, Copy)]
 enum Fate {

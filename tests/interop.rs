@@ -679,6 +679,9 @@ enum Fate {
     RunningThenResult,
     FailedStatus,
     CompletedStatus,
+    /// Recorded in the entry already with this status (no times), then a
+    /// result.
+    Preset(ToolStatus),
 }
 
 fn fate() -> impl Strategy<Value = Fate> {
@@ -690,6 +693,12 @@ fn fate() -> impl Strategy<Value = Fate> {
         Just(Fate::RunningThenResult),
         Just(Fate::FailedStatus),
         Just(Fate::CompletedStatus),
+        prop_oneof![
+            Just(ToolStatus::Running),
+            Just(ToolStatus::Completed),
+            Just(ToolStatus::Failed)
+        ]
+        .prop_map(Fate::Preset),
     ]
 }
 
@@ -724,15 +733,21 @@ fn events_of(evaluations: &[Vec<(bool, Vec<Fate>)>]) -> Vec<Event> {
             .recorded_in("trip"),
         );
         for (turn, (talk, fates)) in turns.iter().enumerate() {
-            let calls = fates
-                .iter()
-                .enumerate()
-                .map(|(c, _)| ToolCall::new(format!("call-{e}-{turn}-{c}"), "tool", "{}"));
+            let calls = fates.iter().enumerate().map(|(c, fate)| {
+                let mut call = ToolCall::new(format!("call-{e}-{turn}-{c}"), "tool", "{}");
+                if let Fate::Preset(status) = fate {
+                    call.status = *status;
+                }
+                call
+            });
             let mut ask = timed(
                 ConversationEntry::assistant_calling(&evaluation, next(), calls),
                 tick(),
             )
             .with_turn(turn as u32 + 1);
+            if !*talk && fates.is_empty() {
+                ask.content = Some(String::new());
+            }
             if *talk {
                 ask.content = Some(format!("turn {turn}"));
                 ask.reasoning = Some(Reasoning {
@@ -777,6 +792,7 @@ fn events_of(evaluations: &[Vec<(bool, Vec<Fate>)>]) -> Vec<Event> {
                     Fate::CompletedStatus => {
                         events.push(status(&call, &evaluation, ToolStatus::Completed, tick()));
                     }
+                    Fate::Preset(_) => events.push(result(false, next(), tick())),
                 }
             }
         }

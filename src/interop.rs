@@ -54,7 +54,7 @@ use crate::error::Error;
 use crate::log::{Lsn, BATCH_EVENTS_MAX};
 use crate::model::{
     ConversationEntry, Event, MessagesReplaced, Reasoning, Role, Timestamp, ToolCall, ToolStatus,
-    ToolStatusChanged, SEQUENCE_MAX, TURN_MAX,
+    ToolStatusChanged, ID_BYTES_MAX, SEQUENCE_MAX, TURN_MAX,
 };
 use crate::store::{AppendOptions, Expect, Store};
 
@@ -911,6 +911,32 @@ fn read_document(text: &str) -> Result<Map<String, Value>, SnapshotError> {
     Ok(document)
 }
 
+/// The conversation to import into: the caller's, or the document's.
+fn target_conversation(
+    options: &ImportOptions,
+    extension: Option<&DocumentExtension>,
+) -> Result<String, SnapshotError> {
+    let conversation_id = options
+        .conversation_id
+        .clone()
+        .or_else(|| extension.and_then(|ext| ext.conversation_id.clone()))
+        .ok_or_else(|| {
+            SnapshotError::new(
+                "",
+                "names no conversation (no convlog.conversation_id): give the conversation to import into",
+            )
+        })?;
+    if conversation_id.is_empty() || conversation_id.len() > ID_BYTES_MAX {
+        return Err(SnapshotError::new(
+            "",
+            format!(
+                "conversation id {conversation_id:?} must be 1 to {ID_BYTES_MAX} bytes (ID_BYTES_MAX)"
+            ),
+        ));
+    }
+    Ok(conversation_id)
+}
+
 /// Reads a document into the batch an import appends (nothing is
 /// appended). Every failure names the field at fault.
 pub fn plan_import(text: &str, options: &ImportOptions) -> Result<ImportPlan, SnapshotError> {
@@ -924,17 +950,14 @@ pub fn plan_import(text: &str, options: &ImportOptions) -> Result<ImportPlan, Sn
                 .map_err(|error| SnapshotError::new(EXTENSION_KEY, error.into_inner().to_string()))
         })
         .transpose()?;
-    let conversation_id = options
-        .conversation_id
-        .clone()
-        .or_else(|| extension.as_ref().and_then(|ext| ext.conversation_id.clone()))
-        .ok_or_else(|| {
-            SnapshotError::new(
-                "",
-                "names no conversation (no convlog.conversation_id): give the conversation to import into",
-            )
-        })?;
+    let conversation_id = target_conversation(options, extension.as_ref())?;
     let (slice_index, items) = message_slice(&document, options.item_type.as_deref())?;
+    if items.is_empty() && options.mode != ImportMode::Replace {
+        return Err(SnapshotError::new(
+            format!("slices[{slice_index}].items"),
+            "holds no items: nothing to import",
+        ));
+    }
     if items.len() > ITEMS_MAX {
         return Err(SnapshotError::new(
             format!("slices[{slice_index}].items"),

@@ -487,6 +487,7 @@ fn bad_documents_are_refused_with_the_field_at_fault() {
         (r#"{"version": "2", "slices": []}"#.to_string(), "version", "unsupported version"),
         (r#"{"version": "1"}"#.to_string(), "slices", "is missing"),
         (r#"{"slices": [{"item_type": "x:Plan", "items": []}]}"#.to_string(), "slices", "no slice"),
+        (r#"{"slices": [{"item_type": "x:InnerMessage", "items": []}]}"#.to_string(), "slices[0].items", "holds no items"),
         (r#"{"slices": [{"item_type": "x:InnerMessage", "items": []}, {"item_type": "y:InnerMessage", "items": []}]}"#.to_string(), "slices", "2 slices"),
         (r#"{"slices": [{"item_type": "x:InnerMessage", "items": [{"role": "user", "evaluation_id": "e", "sequence": 0}]}]}"#.to_string(), "slices[0].items[0].created_at", "is missing"),
     ];
@@ -508,6 +509,9 @@ fn bad_documents_are_refused_with_the_field_at_fault() {
     let error = refused(&twice);
     assert_eq!(error.path, "slices[0].items[1].message_id");
     assert!(error.reason.contains("items[0]"), "{error}");
+    let error =
+        interop::plan_import(&item(base), &ImportOptions::new().conversation("")).unwrap_err();
+    assert!(error.reason.contains("ID_BYTES_MAX"), "{error}");
     // Without a conversation, named by neither the caller nor the document.
     let error = interop::plan_import(&item(base), &ImportOptions::new()).unwrap_err();
     assert!(error.reason.contains("names no conversation"), "{error}");

@@ -84,6 +84,7 @@
 //! | [`control`] | message control's messages, contexts and errors |
 //! | [`audit`] | timelines of a conversation as text, JSON and HTML; following a writer |
 //! | [`reducer`] | the [`Reducer`] trait |
+//! | [`interop`] | a conversation as snapshot JSON in the session-snapshot shape of other agent frameworks, and back (`docs/interop.md`) |
 //! | [`json`] | the JSON line form of events (`docs/events.md`) |
 //! | [`parts`] | parts-based messages (text and tool parts) to and from entries |
 //! | [`log`], [`storage`] | the layers underneath (below) |
@@ -122,6 +123,7 @@ pub mod control;
 pub mod conversation;
 pub mod error;
 pub mod history;
+pub mod interop;
 pub mod json;
 pub mod log;
 pub mod model;
@@ -155,3 +157,8 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/embedding.md")]
 pub struct EmbeddingDoctests;
+
+/// The example of `docs/interop.md`, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/interop.md")]
+pub struct InteropDoctests;

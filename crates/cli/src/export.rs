@@ -1,5 +1,6 @@
 //! `convlog export`: a conversation rebuilt as a provider's request body
-//! (`convlog::provider::render`), or as its neutral entries, optionally
+//! (`convlog::provider::render`), as its neutral entries, or as snapshot
+//! JSON in the session-snapshot shape (`convlog::interop`), optionally
 //! curated by history managers first (`convlog::history`). Read-only: the
 //! store keeps the full history and nothing is appended.
 
@@ -8,6 +9,7 @@ use std::path::Path;
 
 use clap::ValueEnum;
 use convlog::history::{parse_curation, CurationContext, HistoryManager};
+use convlog::interop::{self, ExportOptions};
 use convlog::model::ConversationEntry;
 use convlog::provider::{self, PendingCalls, Provider, RenderOptions};
 
@@ -32,6 +34,8 @@ pub enum ExportFormat {
     Jsonl,
     /// One self-contained HTML page: the conversation as a timeline.
     Html,
+    /// Snapshot JSON in the session-snapshot shape (docs/interop.md).
+    SnapshotJson,
 }
 
 /// How a format is produced.
@@ -43,6 +47,8 @@ enum Output {
     EntryLines,
     /// An HTML timeline page (`convlog::audit`).
     Page,
+    /// A snapshot document (`convlog::interop`).
+    Snapshot,
 }
 
 impl ExportFormat {
@@ -55,12 +61,19 @@ impl ExportFormat {
             ExportFormat::Ollama => Output::Request(Provider::Ollama),
             ExportFormat::Jsonl => Output::EntryLines,
             ExportFormat::Html => Output::Page,
+            ExportFormat::SnapshotJson => Output::Snapshot,
         }
     }
 
     /// Whether this format is the HTML page (no `--pending` or `--curate`).
     pub fn is_page(self) -> bool {
         matches!(self.output(), Output::Page)
+    }
+
+    /// Whether this format is snapshot JSON (`--type-name`,
+    /// `--documented-only`).
+    pub fn is_snapshot(self) -> bool {
+        matches!(self.output(), Output::Snapshot)
     }
 
     /// Whether `--pending` means anything for this format.
@@ -95,13 +108,16 @@ pub fn check_curation(text: &str) -> Result<String, String> {
         .map_err(|error| error.to_string())
 }
 
-/// `convlog export STORE --conversation ID --format FORMAT [--pending MODE] [--curate SPEC]`.
+/// `convlog export STORE --conversation ID --format FORMAT [--pending MODE] [--curate SPEC]
+/// [--type-name TYPE] [--documented-only]`; `snapshot` holds the last two
+/// (snapshot-json only).
 pub fn export(
     dir: &Path,
     conversation: &str,
     format: ExportFormat,
     pending: PendingArg,
     curate: Option<&str>,
+    snapshot: ExportOptions,
 ) -> Result<(), Failure> {
     if format.is_page() {
         return crate::audit::export_html(dir, conversation);
@@ -128,7 +144,21 @@ pub fn export(
         Output::Request(provider) => export_request(provider, &entries, pending.into()),
         Output::EntryLines => export_entry_lines(&entries),
         Output::Page => crate::audit::export_html(dir, conversation),
+        Output::Snapshot => export_snapshot(conversation, &entries, &snapshot),
     }
+}
+
+fn export_snapshot(
+    conversation: &str,
+    entries: &[ConversationEntry],
+    options: &ExportOptions,
+) -> Result<(), Failure> {
+    let text = interop::export_json(conversation, entries, options)
+        .map_err(|error| Failure(error.to_string()))?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .or_else(stdout_closed)
 }
 
 fn export_request(

@@ -9,6 +9,7 @@ pub const EXAMPLES: &str = "Examples:
   convlog verify ./my-store                  # check every record and snapshot
   convlog resume ./my-store --conversation ctx_1   # what a crashed host left to do (JSON)
   convlog export ./my-store --conversation ctx_1 --format openai   # the rebuilt request body
+  convlog import ./my-store snapshot.json    # a session snapshot (docs/interop.md) as a conversation
   convlog inspect ./my-store --conversation ctx_1   # a readable timeline of a conversation
   convlog tail ./my-store --follow           # events as a writer appends them
   convlog backup ./my-store ./my-backup      # a verified copy, beside a running writer
@@ -130,6 +131,12 @@ pub const EXPORT_HELP: &str = r#"Output, for a provider format: the request body
   ollama            {"messages": [...]}
 For jsonl: the conversation's neutral entries, one JSON object per line (the entry
 form of docs/events.md; `convlog::model::ConversationEntry`).
+For snapshot-json: one pretty JSON document in the session-snapshot shape of
+docs/interop.md ({"version": "1", "created_at": ..., "slices": [{"slice_type": ...,
+"item_type": ..., "items": [one item per message]}]}), with a "convlog" extension object
+where convlog holds more than the documented fields (--documented-only leaves them out;
+--type-name MODULE:TYPE names the slice and item type, default
+convlog.interop:InnerMessage). `convlog import` reads it back.
 
 Every evaluation of the conversation is exported, in conversation order.
 
@@ -153,6 +160,30 @@ writer has appended so far.
 Example:
   convlog export ./my-store --conversation ctx_123 --format anthropic --pending error
   convlog export ./my-store --conversation ctx_123 --format openai --curate 'window=50,truncate=1000,budget=100000'"#;
+
+pub const IMPORT_HELP: &str = r#"Input: a snapshot JSON document (docs/interop.md), as `convlog export --format
+snapshot-json` writes it or as a host on the session model of that document does: the
+one slice whose item_type ends in :InnerMessage (or --item-type) is read, one message per
+item; other slices are ignored.
+
+Every item becomes a conversation_recorded event, followed by the tool_status events
+that give each call its recorded status, times and error; all of them are appended as
+one atomic batch. Items without a message_id get a name-based UUID (v5), so importing
+the same document again with --merge records nothing twice.
+
+Into a conversation that already has events, import refuses (exit 1) unless told:
+--merge adds the document's messages, --replace replaces them all (a messages_replaced
+event opens the batch). Nothing is appended when anything fails: a bad document is
+reported with the field at fault ("slices[0].items[3].tool_calls[0].status: ...") and
+checked before the store is opened or created.
+
+Output: the conversation, mode, entries and status events recorded, the evaluations,
+the LSNs, and the unfinished calls of the latest evaluation (what `convlog resume`
+reports).
+
+Example:
+  convlog export ./a --conversation trip --format snapshot-json > trip.json
+  convlog import ./b trip.json --conversation trip-copy"#;
 
 pub const INSPECT_HELP: &str = r#"Without --conversation: every conversation with its entry count, evaluations and
 unfinished calls. With it: a timeline of evaluations, turns, messages (trimmed),

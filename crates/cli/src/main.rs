@@ -17,6 +17,7 @@ mod control;
 mod demo;
 mod export;
 mod help;
+mod import;
 mod input;
 mod resume;
 mod shell;
@@ -170,6 +171,43 @@ enum Command {
         /// window=N,truncate=N,budget=N,prune=N.
         #[arg(long, value_name = "SPEC", value_parser = export::check_curation)]
         curate: Option<String>,
+        /// The slice_type and item_type written (snapshot-json only;
+        /// default convlog.interop:InnerMessage).
+        #[arg(long, value_name = "MODULE:TYPE")]
+        type_name: Option<String>,
+        /// Write only the documented item fields, no "convlog" extension
+        /// objects (snapshot-json only; loses what only they hold).
+        #[arg(long)]
+        documented_only: bool,
+    },
+    /// Record a snapshot JSON document (docs/interop.md) into a
+    /// conversation, as one atomic batch, and print what was recorded.
+    #[command(after_help = help::IMPORT_HELP)]
+    Import {
+        /// The store directory (a store is created in it if it is missing or
+        /// empty).
+        store: PathBuf,
+        /// The snapshot document; - reads standard input.
+        file: PathBuf,
+        /// The conversation to record into (default: the one the document
+        /// names in convlog.conversation_id).
+        #[arg(long, value_name = "ID")]
+        conversation: Option<String>,
+        /// Add to a conversation that has messages (already held message
+        /// ids are not recorded again).
+        #[arg(long, conflicts_with = "replace")]
+        merge: bool,
+        /// Replace every message of the conversation with the document's.
+        #[arg(long)]
+        replace: bool,
+        /// The item_type of the slice to read (default: the one slice whose
+        /// item_type ends in :InnerMessage).
+        #[arg(long, value_name = "MODULE:TYPE")]
+        item_type: Option<String>,
+        /// Create the store even if the directory exists and holds other
+        /// files.
+        #[arg(long)]
+        create_in_nonempty: bool,
     },
     /// Show a readable timeline of a conversation, or every conversation of
     /// the store.
@@ -349,7 +387,32 @@ fn run(command: Command) -> Result<(), shell::Failure> {
             format,
             pending,
             curate,
-        } => checked_export(&store, &conversation, format, pending, curate.as_deref()),
+            type_name,
+            documented_only,
+        } => checked_export(
+            &store,
+            &conversation,
+            format,
+            pending,
+            curate.as_deref(),
+            snapshot_options(format, type_name, documented_only),
+        ),
+        Command::Import {
+            store,
+            file,
+            conversation,
+            merge,
+            replace,
+            item_type,
+            create_in_nonempty,
+        } => import::import(
+            &store,
+            &file,
+            conversation,
+            import::mode(merge, replace),
+            item_type,
+            create_in_nonempty,
+        ),
         Command::CreateContext {
             store,
             conversation,
@@ -379,6 +442,7 @@ fn checked_export(
     format: export::ExportFormat,
     pending: Option<export::PendingArg>,
     curate: Option<&str>,
+    snapshot: convlog::interop::ExportOptions,
 ) -> Result<(), shell::Failure> {
     if format.is_page() && (pending.is_some() || curate.is_some()) {
         usage_error(
@@ -391,7 +455,7 @@ fn checked_export(
         usage_error(
             "export",
             clap::error::ErrorKind::ArgumentConflict,
-            "--pending applies only to the provider formats, not to --format jsonl",
+            "--pending applies only to the provider formats, not to --format jsonl or snapshot-json",
         );
     }
     export::export(
@@ -400,7 +464,32 @@ fn checked_export(
         format,
         pending.unwrap_or(export::PendingArg::Drop),
         curate,
+        snapshot,
     )
+}
+
+/// The snapshot-json settings of `convlog export`; a usage error (exit 2)
+/// when they come with another format.
+fn snapshot_options(
+    format: export::ExportFormat,
+    type_name: Option<String>,
+    documented_only: bool,
+) -> convlog::interop::ExportOptions {
+    if !format.is_snapshot() && (type_name.is_some() || documented_only) {
+        usage_error(
+            "export",
+            clap::error::ErrorKind::ArgumentConflict,
+            "--type-name and --documented-only apply only to --format snapshot-json",
+        );
+    }
+    let mut options = convlog::interop::ExportOptions::new();
+    if let Some(name) = type_name {
+        options = options.type_name(name);
+    }
+    if documented_only {
+        options = options.documented_only();
+    }
+    options
 }
 
 /// `convlog create-context`, after the flag combination clap cannot check.

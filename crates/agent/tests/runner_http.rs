@@ -219,8 +219,11 @@ fn runner(format: &Format, server: &FakeServer, store: &Arc<Store>) -> Runner {
     )
 }
 
-/// The conversation as (role, text, calls, is_error) rows.
-fn rows(store: &Store) -> Vec<(Role, Option<String>, Vec<(String, ToolStatus)>, bool)> {
+/// An entry as (role, text, calls with their status, is_error).
+type Row = (Role, Option<String>, Vec<(String, ToolStatus)>, bool);
+
+/// The conversation as rows.
+fn rows(store: &Store) -> Vec<Row> {
     let conversation = store.conversation(CONVERSATION).unwrap();
     conversation
         .entries()
@@ -235,7 +238,7 @@ fn rows(store: &Store) -> Vec<(Role, Option<String>, Vec<(String, ToolStatus)>, 
         .collect()
 }
 
-fn expected() -> Vec<(Role, Option<String>, Vec<(String, ToolStatus)>, bool)> {
+fn expected() -> Vec<Row> {
     let call = |city: &str| (format!(r#"{{"city":"{city}"}}"#), ToolStatus::Completed);
     vec![
         (
@@ -259,9 +262,7 @@ fn expected() -> Vec<(Role, Option<String>, Vec<(String, ToolStatus)>, bool)> {
 
 /// The rows with an assistant's empty text read as none (some formats
 /// carry `""` beside tool calls).
-fn without_empty_text(
-    mut rows: Vec<(Role, Option<String>, Vec<(String, ToolStatus)>, bool)>,
-) -> Vec<(Role, Option<String>, Vec<(String, ToolStatus)>, bool)> {
+fn without_empty_text(mut rows: Vec<Row>) -> Vec<Row> {
     for row in &mut rows {
         if row.1.as_deref() == Some("") {
             row.1 = None;

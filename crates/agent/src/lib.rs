@@ -3,8 +3,17 @@
 //! A loop that calls a model over its provider's HTTP API, runs the tools it
 //! asks for (host tools and MCP servers), and records every step in a
 //! [`convlog::Store`] the moment it happens, so that a host killed at any
-//! point carries on with `Runner::resume` without running a finished
+//! point carries on with [`Runner::resume`] without running a finished
 //! tool twice.
+//!
+//! | | |
+//! |---|---|
+//! | the loop | [`Runner`] ([`RunnerOptions`]): `run`, `run_stream`, `resume`, `answer_call`; [`RunOutcome`], [`StopReason`], [`RunEvent`] |
+//! | models | [`HttpClient`] for OpenAI Chat (and compatible servers), OpenAI Responses, Anthropic, Gemini, Ollama ([`ClientConfig`], [`ApiKind`]); or your own [`ModelClient`] |
+//! | tools | [`Toolset`] of host tools ([`Tool`], [`FunctionTool`]) and MCP servers ([`McpServer`]) |
+//! | message control | [`RunnerGenerator`]: the runner as `convlog::control::Generator` |
+//!
+//! `docs/runner.md` describes the loop, what is recorded when, and resume.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(clippy::too_many_lines)]
@@ -21,4 +30,4 @@ pub use runner::{
     RunError, RunEvent, RunObserver, RunOutcome, Runner, RunnerGenerator, RunnerOptions,
     StopReason, DEFAULT_MAX_STEPS, MODEL_CALL_FAILED,
 };
-pub use tools::{Tool, ToolContext, ToolError, ToolSpec, Toolset};
+pub use tools::{FunctionTool, McpServer, Tool, ToolContext, ToolError, ToolSpec, Toolset};

@@ -28,6 +28,6 @@ pub use client::{
 };
 pub use runner::{
     RunError, RunEvent, RunObserver, RunOutcome, Runner, RunnerGenerator, RunnerOptions,
-    StopReason, DEFAULT_MAX_STEPS, MODEL_CALL_FAILED,
+    StopReason, DEFAULT_MAX_STEPS, MODEL_CALL_FAILED, TOOL_RESULT_BYTES_MAX,
 };
 pub use tools::{FunctionTool, McpServer, Tool, ToolContext, ToolError, ToolSpec, Toolset};

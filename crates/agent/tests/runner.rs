@@ -815,3 +815,44 @@ async fn a_second_runner_on_a_conversation_in_progress_is_refused_and_records_no
     let again = second.resume(CONVERSATION).await.unwrap();
     assert_eq!(again.stop, StopReason::AlreadyFinished);
 }
+
+#[tokio::test]
+async fn a_result_too_long_to_store_is_cut_and_recorded_so_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let client = ScriptedClient::new(weather_script(&[&["paris"]]));
+    // Two-byte characters, so the cut falls inside one unless it looks for
+    // a character boundary; longer than the store takes in one entry.
+    let huge = "é".repeat(convlog::model::TEXT_BYTES_MAX / 2 + 3);
+    let tool = convlog_agent::FunctionTool::new(
+        "weather",
+        "Weather of a city",
+        serde_json::json!({"type": "object"}),
+        move |_arguments: String, _context: convlog_agent::ToolContext| {
+            let huge = huge.clone();
+            async move { Ok(huge) }
+        },
+    );
+    let runner = Runner::new(
+        Arc::clone(&store),
+        client.clone(),
+        Toolset::new().with(tool),
+        options(),
+    );
+    let outcome = runner.run(CONVERSATION, "Weather in Paris?").await.unwrap();
+    assert_eq!(outcome.stop, StopReason::Final);
+    let result = outcome
+        .entries
+        .iter()
+        .find(|entry| entry.role == Role::Tool)
+        .and_then(|entry| entry.content.clone())
+        .unwrap();
+    let (kept, note) = result.rsplit_once('\n').unwrap();
+    assert!(kept.len() <= convlog_agent::TOOL_RESULT_BYTES_MAX);
+    assert!(kept.chars().all(|c| c == 'é'));
+    assert!(
+        note.contains(&format!("was {} bytes", convlog::model::TEXT_BYTES_MAX + 6)),
+        "{note}"
+    );
+    assert!(result.len() <= convlog::model::TEXT_BYTES_MAX);
+}

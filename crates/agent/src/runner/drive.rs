@@ -392,6 +392,30 @@ impl<'r> Evaluation<'r> {
 /// recorded together. The result of the call at position `i` gets sequence
 /// `assistant.sequence + 1 + i` and the assistant's turn, whatever order
 /// the calls finish in.
+/// The longest tool result (or error) text the runner records; a longer
+/// one is cut at a character boundary and says how much was cut. The
+/// store refuses texts over `convlog::model::TEXT_BYTES_MAX`: without the
+/// cut such a result could never be recorded, and every resume would run
+/// the tool again only to fail again.
+pub const TOOL_RESULT_BYTES_MAX: usize = convlog::model::TEXT_BYTES_MAX / 2;
+
+/// `text` cut to [`TOOL_RESULT_BYTES_MAX`] with a note, if it is longer.
+fn within_result_limit(mut text: String, tool: &str) -> String {
+    if text.len() <= TOOL_RESULT_BYTES_MAX {
+        return text;
+    }
+    let total = text.len();
+    let mut end = TOOL_RESULT_BYTES_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(&format!(
+        "\n[convlog: the result of tool {tool} was {total} bytes; cut to its first {end}]"
+    ));
+    text
+}
+
 pub(super) fn result_batch(
     conversation_id: &str,
     assistant: &ConversationEntry,
@@ -405,6 +429,9 @@ pub(super) fn result_batch(
         .unwrap_or(0) as u64;
     let sequence = assistant.sequence.saturating_add(1 + position);
     let evaluation_id = assistant.evaluation_id.as_str();
+    let output = output
+        .map(|text| within_result_limit(text, &call.name))
+        .map_err(|ToolError(text)| ToolError(within_result_limit(text, &call.name)));
     let (entry, status, error) = match output {
         Ok(text) => (
             ConversationEntry::tool_result(

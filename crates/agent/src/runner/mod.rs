@@ -77,6 +77,7 @@ use convlog::{Durability, RenderOptions, Store};
 use crate::client::{ModelClient, ModelError, StreamDelta, Usage};
 use crate::tools::{ToolContext, Toolset};
 
+pub use drive::TOOL_RESULT_BYTES_MAX;
 pub use generator::RunnerGenerator;
 
 /// The custom-event kind recording a failed model call. Its payload is a

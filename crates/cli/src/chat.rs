@@ -388,6 +388,8 @@ impl Job {
                 (outcome, resumed)
             }
         };
+        // A failure mid-stream ends the streamed line before the error.
+        live.close_line();
         let outcome = outcome.map_err(run_failure)?;
         if self.args.json {
             print_json_lines(&outcome)
@@ -409,6 +411,7 @@ impl Job {
         conversation: &str,
         options: &ResumeOptions,
     ) -> Result<BTreeSet<String>, Failure> {
+        // One read before the run starts, with nothing else on the runtime.
         let state = self.store.resume(conversation, options)?;
         Ok(state
             .unfinished_calls

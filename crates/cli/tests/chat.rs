@@ -233,6 +233,35 @@ fn stream_prints_the_text_deltas() {
 }
 
 #[test]
+fn a_stream_cut_short_ends_its_line_and_fails() {
+    let chunks = openai::text_chunks(&["Half ", "an answer"]);
+    // The role chunk and the first piece, then the connection drops.
+    let cut = Reply::sse(&chunks[..2], 9).then_cut();
+    let server = FakeServer::start(vec![cut]);
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let url = server.url("/v1");
+    let output = run(&chat_args(path(&store), &url, &["--stream"], "Hi"));
+    assert_eq!(output.status.code(), Some(1));
+    let printed = text(&output.stdout);
+    assert!(
+        printed.starts_with("user: Hi\nassistant: Half "),
+        "{printed}"
+    );
+    assert!(
+        printed.ends_with('\n'),
+        "the streamed line is ended: {printed:?}"
+    );
+    let error = text(&output.stderr);
+    assert!(
+        error.starts_with("convlog: error: model call failed"),
+        "{error}"
+    );
+    // Nothing but the input was recorded: resume --continue calls again.
+    assert_eq!(roles(&state(&store)), [Role::System, Role::User]);
+}
+
+#[test]
 fn a_provider_error_body_is_shown_verbatim_and_fails() {
     let body = r#"{"error":{"message":"model 'test-model' not found, try pulling it first","type":"api_error"}}"#;
     let server = FakeServer::start(vec![Reply::raw(400, "application/json", body.into())]);

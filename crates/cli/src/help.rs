@@ -119,8 +119,44 @@ Opens the store read-only (its newest usable snapshot, then the log after it): t
 lock and writes nothing, so it runs beside a writer in another process and sees what that
 writer has appended so far.
 
-Example:
-  convlog resume ./my-store --conversation ctx_123 --prompt travel/planner"#;
+--continue carries the evaluation to its end instead, with the agent runner and the model
+options of `convlog chat` (--provider and --model required): the calls whose `running`
+status was recorded are run again (marked "(resumed)"), a call with a recorded result
+never runs twice, and the model is called until a final answer, the step limit or calls
+for tools it does not have. It takes the writer's lock and prints what `chat` prints.
+
+Examples:
+  convlog resume ./my-store --conversation ctx_123 --prompt travel/planner
+  convlog resume ./my-store --conversation ctx_123 --continue \
+    --provider openai-compatible --base-url http://127.0.0.1:11434/v1 --model llama3.2 \
+    --tool-server "python3 ./tools.py""#;
+
+pub const CHAT_HELP: &str = r#"Runs one evaluation of the conversation with the agent runner (convlog-agent): records
+the system entry (--system, --prompt) and the user MESSAGE, calls the model, runs the tools
+it asks for, records each step the moment it happens, and stops at a final answer, the
+step limit (--max-steps, default 32 model calls) or calls for tools it does not have (they
+stay pending). A store is created if missing; the command takes the writer's lock.
+
+Providers (--provider): openai, openai-responses, anthropic, gemini, ollama (native
+/api/chat; OLLAMA_HOST is read), openai-compatible (any Chat Completions server; needs
+--base-url, e.g. Ollama's http://127.0.0.1:11434/v1). Keys come from OPENAI_API_KEY,
+ANTHROPIC_API_KEY, GEMINI_API_KEY or GOOGLE_API_KEY; ollama and openai-compatible need
+none (send one with --header "Authorization: Bearer ...").
+
+--tool-server CMD (repeatable) starts an MCP server over stdio and offers its tools; CMD
+is split like a shell line ('single', "double" quotes, backslash escapes; no expansion).
+--tool-timeout SECS bounds each call (default 120), --timeout SECS each model request.
+
+Output: a line per recorded entry (user, assistant text and calls, tool results), then
+"stop: ..." with the reason. --stream prints the answer text as it arrives. --json prints
+the new entries as JSON lines (docs/events.md entry form) and then one stop line:
+  {"stop":"final"|"step_limit"|"pending_calls","evaluation_id":...,"input_tokens":...}
+A provider error (its body verbatim), a missing key (naming the variable), a store locked
+by another writer: exit 1. A killed chat is carried on by `convlog resume --continue`.
+
+Example (Ollama, no key):
+  convlog chat ./my-store --conversation c1 --provider openai-compatible \
+    --base-url http://127.0.0.1:11434/v1 --model llama3.2 --stream "Why is the sky blue?""#;
 
 pub const EXPORT_HELP: &str = r#"Output, for a provider format: the request body fields as one pretty JSON object
 (RenderedRequest::body()): merge in the model, tools and settings before sending.

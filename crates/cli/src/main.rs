@@ -12,6 +12,7 @@
 mod append;
 mod audit;
 mod backup;
+mod chat;
 mod commands;
 mod control;
 mod demo;
@@ -150,6 +151,34 @@ enum Command {
         /// Also print the evaluation's entries.
         #[arg(long)]
         entries: bool,
+        /// Carry the evaluation to its end with the agent runner (needs
+        /// --provider and --model) instead of printing the report.
+        #[arg(long = "continue")]
+        continue_run: bool,
+        #[command(flatten)]
+        model: chat::ModelArgs,
+    },
+    /// Run one evaluation of a conversation against a model provider (with
+    /// the tools of MCP servers) and print what it recorded.
+    #[command(after_help = help::CHAT_HELP)]
+    Chat {
+        /// The store directory (a store is created in it if it is missing or
+        /// empty).
+        store: PathBuf,
+        /// The conversation (created if new).
+        #[arg(long, value_name = "ID")]
+        conversation: String,
+        /// The system prompt recorded at the start of the evaluation.
+        #[arg(long, value_name = "TEXT")]
+        system: Option<String>,
+        /// The prompt identity recorded on the system entry (NAMESPACE/KEY;
+        /// - for an absent part).
+        #[arg(long, value_name = "NS/KEY", value_parser = resume::parse_prompt, allow_hyphen_values = true)]
+        prompt: Option<convlog::resume::PromptIdentity>,
+        #[command(flatten)]
+        model: chat::ModelArgs,
+        /// The user's message.
+        message: String,
     },
     /// Print a conversation rebuilt as a provider's request body (JSON), or
     /// its neutral entries as JSON lines.
@@ -367,7 +396,31 @@ fn run(command: Command) -> Result<(), shell::Failure> {
             evaluation,
             prompt,
             entries,
-        } => resume::resume(&store, &conversation, evaluation, prompt, entries),
+            continue_run,
+            model,
+        } => resume::dispatch(
+            &store,
+            &conversation,
+            evaluation,
+            prompt,
+            entries,
+            continue_run,
+            model,
+        ),
+        Command::Chat {
+            store,
+            conversation,
+            system,
+            prompt,
+            model,
+            message,
+        } => chat::chat(
+            &store,
+            &conversation,
+            message,
+            chat::Recording { system, prompt },
+            model,
+        ),
         Command::Inspect {
             store,
             conversation,

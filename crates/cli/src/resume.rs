@@ -43,6 +43,37 @@ struct Report<'a> {
     entries: Option<&'a [ConversationEntry]>,
 }
 
+/// `convlog resume`: the report, or with `--continue` the evaluation carried
+/// to its end by the agent runner (`chat::resume_continue`).
+pub fn dispatch(
+    dir: &Path,
+    conversation: &str,
+    evaluation: Option<String>,
+    prompt: Option<PromptIdentity>,
+    with_entries: bool,
+    continue_run: bool,
+    model: crate::chat::ModelArgs,
+) -> Result<(), Failure> {
+    if continue_run {
+        if with_entries {
+            crate::usage_error(
+                "resume",
+                clap::error::ErrorKind::ArgumentConflict,
+                "--entries applies to the report, not to --continue",
+            );
+        }
+        return crate::chat::resume_continue(dir, conversation, evaluation, prompt, model);
+    }
+    if let Some(flag) = model.first_flag() {
+        crate::usage_error(
+            "resume",
+            clap::error::ErrorKind::ArgumentConflict,
+            &format!("{flag} applies only with --continue"),
+        );
+    }
+    resume(dir, conversation, evaluation, prompt, with_entries)
+}
+
 /// `convlog resume STORE --conversation ID [--evaluation ID] [--prompt NS/KEY] [--entries]`.
 pub fn resume(
     dir: &Path,

@@ -63,6 +63,25 @@ async def meet(meeting: str, parties: int) -> str:
 
 
 @server.tool()
+def note(path: str, text: str) -> str:
+    """Appends a line of text to the file at `path` (so a test counts the
+    calls that ran) and returns the text."""
+    with open(path, "a") as file:
+        file.write(text + "\n")
+    return text
+
+
+@server.tool()
+async def wait_file(path: str) -> str:
+    """Blocks until the file at `path` exists, then returns its contents
+    (a tool that runs until the test lets it finish)."""
+    while not os.path.exists(path):
+        await asyncio.sleep(0.05)
+    with open(path) as file:
+        return file.read()
+
+
+@server.tool()
 def picture() -> Image:
     """Returns a 4-byte 'image' (not a real PNG; the client only counts bytes)."""
     return Image(data=b"\x89PNG", format="png")

@@ -239,7 +239,8 @@ pub fn resume_continue(
     runtime()?.block_on(job.execute(conversation, None, Some(evaluation)))
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+/// The async runtime the agent runner runs on (two workers).
+pub fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(RUNTIME_WORKER_THREADS)
         .enable_all()

@@ -1,20 +1,29 @@
-//! `convlog demo`: an agent host records a conversation, is killed with
-//! SIGKILL in the middle of a batch of parallel tool calls, and a new host
-//! carries on from the store: it re-runs only the unfinished call, finishes
-//! the evaluation, and rebuilds the provider request messages.
+//! `convlog demo`: an agent host runs the agent runner (`convlog-agent`)
+//! with a scripted model, is killed with SIGKILL in the middle of a batch of
+//! parallel tool calls, and a new host's runner carries on from the store:
+//! it re-runs only the unfinished call, finishes the evaluation, and the
+//! provider request messages are rebuilt from the store.
 //!
 //! The model and the tools are scripted: no network.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use convlog::model::{ConversationEntry, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged};
+use convlog::model::{ConversationEntry, Role, ToolCall, ToolStatus};
 use convlog::provider::{self, Provider, RenderOptions};
 use convlog::resume::{PromptIdentity, ResumeOptions, ResumeState};
 use convlog::store::{Store, StoreOptions};
-use convlog::{Error, Event, Result};
+use convlog::{Error, Result};
+use convlog_agent::client::{BoxFuture, DeltaSink};
+use convlog_agent::{
+    FunctionTool, ModelClient, ModelError, ModelReply, ModelRequest, RunEvent, RunOutcome, Runner,
+    RunnerOptions, StopReason, ToolContext, ToolError, Toolset,
+};
+use serde::Deserialize;
 
 use crate::shell::Failure;
 
@@ -22,6 +31,9 @@ const CONVERSATION: &str = "trip-planner";
 const CITIES: [&str; 3] = ["paris", "rome", "oslo"];
 /// The worker's tool for this city hangs, so the kill lands mid-batch.
 const SLOW_CITY: &str = "oslo";
+/// How long the demo waits for the worker's fast calls to be recorded
+/// before it kills it anyway.
+const KILL_WAIT: Duration = Duration::from_secs(30);
 
 fn default_demo_dir() -> PathBuf {
     let stamp = SystemTime::now()
@@ -49,79 +61,75 @@ fn prompt() -> PromptIdentity {
     }
 }
 
-fn system(evaluation: &str) -> ConversationEntry {
-    let mut entry = ConversationEntry::new(
-        evaluation,
-        0,
-        Role::System,
-        Some("You are a travel planner. Use the weather tool.".into()),
-    );
-    entry.prompt_ns = prompt().namespace;
-    entry.prompt_key = prompt().key;
-    entry
-}
+/// The scripted model: asks for the weather of every city the last user
+/// message names, all at once, then answers from the results it was shown.
+struct ScriptedModel;
 
-fn user(evaluation: &str, sequence: u64, text: &str) -> ConversationEntry {
-    ConversationEntry::new(evaluation, sequence, Role::User, Some(text.into()))
-}
-
-fn weather_call(city: &str) -> ToolCall {
-    ToolCall {
-        call_id: format!("call_{city}"),
-        name: "weather".into(),
-        arguments: format!("{{\"city\":\"{city}\"}}"),
-        status: ToolStatus::Pending,
-        started_at: None,
-        ended_at: None,
-        error: None,
-    }
-}
-
-/// The scripted model: asks for the weather of every city it was asked
-/// about, then answers from the results.
-fn scripted_model(
-    history: &[ConversationEntry],
-    evaluation: &str,
-    sequence: u64,
-    cities: &[&str],
-) -> ConversationEntry {
-    let results: Vec<&ConversationEntry> = history
+fn scripted_reply(view: &[ConversationEntry]) -> ConversationEntry {
+    let last_user = view
         .iter()
-        .filter(|entry| entry.role == Role::Tool && entry.evaluation_id == evaluation)
-        .collect();
-    let turn = history
+        .rposition(|entry| entry.role == Role::User)
+        .unwrap_or(0);
+    let asked = view[last_user]
+        .content
+        .clone()
+        .unwrap_or_default()
+        .to_lowercase();
+    let results: Vec<String> = view[last_user..]
         .iter()
-        .filter(|entry| entry.role == Role::Assistant && entry.evaluation_id == evaluation)
-        .count() as u32
-        + 1;
-    if results.is_empty() {
-        let mut entry = ConversationEntry::new(
-            evaluation,
-            sequence,
-            Role::Assistant,
-            Some("Let me check the weather.".into()),
-        );
-        entry.turn = turn;
-        entry.finish_reason = Some("tool_calls".into());
-        entry.tool_calls = cities.iter().map(|city| weather_call(city)).collect();
-        return entry;
-    }
-    let summary: Vec<String> = results
-        .iter()
+        .filter(|entry| entry.role == Role::Tool)
         .filter_map(|entry| entry.content.clone())
         .collect();
-    let mut entry = ConversationEntry::new(
-        evaluation,
-        sequence,
-        Role::Assistant,
-        Some(format!(
+    if results.is_empty() {
+        let calls = CITIES
+            .iter()
+            .filter(|city| asked.contains(*city))
+            .map(|city| {
+                ToolCall::new(
+                    format!("call_{city}"),
+                    "weather",
+                    format!("{{\"city\":\"{city}\"}}"),
+                )
+            });
+        let mut entry = ConversationEntry::assistant_calling("", 0, calls);
+        entry.content = Some("Let me check the weather.".into());
+        entry.finish_reason = Some("tool_calls".into());
+        return entry;
+    }
+    let mut entry = ConversationEntry::assistant(
+        "",
+        0,
+        format!(
             "Here is the weekend weather: {}. Pack accordingly.",
-            summary.join("; ")
-        )),
+            results.join("; ")
+        ),
     );
-    entry.turn = turn;
     entry.finish_reason = Some("stop".into());
     entry
+}
+
+impl ModelClient for ScriptedModel {
+    fn provider(&self) -> Provider {
+        Provider::OpenAiChat
+    }
+
+    fn describe(&self) -> String {
+        "the demo's scripted model".into()
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: ModelRequest<'a>,
+        _sink: Option<DeltaSink<'a>>,
+    ) -> BoxFuture<'a, std::result::Result<ModelReply, ModelError>> {
+        let entry = scripted_reply(request.entries);
+        Box::pin(async move { Ok(ModelReply { entry, usage: None }) })
+    }
+}
+
+#[derive(Deserialize)]
+struct City {
+    city: String,
 }
 
 fn weather(city: &str) -> String {
@@ -133,103 +141,74 @@ fn weather(city: &str) -> String {
     }
 }
 
-fn status(evaluation: &str, call_id: &str, status: ToolStatus, resumed: bool) -> Event {
-    let mut change =
-        ToolStatusChanged::new(CONVERSATION, evaluation, call_id, status, Timestamp::now());
-    change.resumed = resumed;
-    Event::ToolStatus(change)
+/// The weather tool; in the worker, the slow city's call never returns
+/// (the demo kills the process while it runs). Counts its runs.
+fn weather_tool(worker: bool, runs: Arc<AtomicUsize>) -> FunctionTool {
+    FunctionTool::typed(
+        "weather",
+        "The weekend weather of a city",
+        serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        move |city: City, _context: ToolContext| {
+            let runs = Arc::clone(&runs);
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                if worker && city.city == SLOW_CITY {
+                    // The host dies here: the demo kills this process.
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                Ok::<String, ToolError>(weather(&city.city))
+            }
+        },
+    )
 }
 
-fn tool_result(
-    evaluation: &str,
-    call: &ToolCall,
-    sequence: u64,
-    turn: u32,
-    content: String,
-) -> Event {
-    let mut entry = ConversationEntry::new(evaluation, sequence, Role::Tool, Some(content));
-    entry.turn = turn;
-    entry.tool_call_id = Some(call.call_id.clone());
-    entry.tool_name = Some(call.name.clone());
-    entry.recorded_in(CONVERSATION)
+fn runner(store: Arc<Store>, worker: bool, runs: Arc<AtomicUsize>) -> Runner {
+    Runner::new(
+        store,
+        Arc::new(ScriptedModel),
+        Toolset::new().with(weather_tool(worker, runs)),
+        RunnerOptions::new()
+            .system_prompt(Some(
+                "You are a travel planner. Use the weather tool.".into(),
+            ))
+            .prompt(Some(prompt())),
+    )
 }
 
-/// Runs one evaluation's tool batch, recording each status and result.
-fn run_tools(
-    store: &Store,
-    evaluation: &str,
-    assistant: &ConversationEntry,
-    mut sequence: u64,
-    worker: bool,
-) -> Result<u64> {
-    for call in &assistant.tool_calls {
-        store.append(&[status(
-            evaluation,
-            &call.call_id,
-            ToolStatus::Running,
-            false,
-        )])?;
-        if worker {
-            println!("running {}", call.call_id);
-            std::io::stdout().flush().ok();
-        }
-        let city = &call.call_id["call_".len()..];
-        if worker && city == SLOW_CITY {
-            // The host dies here: the demo kills this process.
-            std::thread::sleep(Duration::from_secs(60));
-        }
-        store.append(&[tool_result(
-            evaluation,
-            call,
-            sequence,
-            assistant.turn,
-            weather(city),
-        )])?;
-        sequence += 1;
-    }
-    Ok(sequence)
+fn say(line: &str) {
+    println!("{line}");
+    std::io::stdout().flush().ok();
 }
 
 /// The first host: one whole evaluation, then a second one that it does not
-/// live to finish.
-pub fn worker(dir: &Path) -> Result<()> {
-    let store = Store::open(dir, StoreOptions::default())?;
-    // Evaluation 1: one tool call, answered.
-    let history = vec![
-        system("eval-1"),
-        user("eval-1", 1, "Is it warm in Rome this weekend?"),
-    ];
-    for entry in &history {
-        store.append(&[entry.clone().recorded_in(CONVERSATION)])?;
-    }
-    let ask = scripted_model(&history, "eval-1", 2, &["rome"]);
-    store.append(&[ask.clone().recorded_in(CONVERSATION)])?;
-    let next = run_tools(&store, "eval-1", &ask, 3, false)?;
-    let history = store
-        .resume(CONVERSATION, &ResumeOptions::default())?
-        .entries;
-    store
-        .append(&[scripted_model(&history, "eval-1", next, &["rome"]).recorded_in(CONVERSATION)])?;
-    println!("evaluation eval-1 finished");
-    std::io::stdout().flush().ok();
-
-    // Evaluation 2: three parallel calls.
-    let history = vec![
-        system("eval-2"),
-        user(
-            "eval-2",
-            1,
-            "Plan a weekend: weather in Paris, Rome and Oslo?",
-        ),
-    ];
-    for entry in &history {
-        store.append(&[entry.clone().recorded_in(CONVERSATION)])?;
-    }
-    let ask = scripted_model(&history, "eval-2", 2, &CITIES);
-    store.append(&[ask.clone().recorded_in(CONVERSATION)])?;
-    println!("model asked for {} tools in parallel", ask.tool_calls.len());
-    run_tools(&store, "eval-2", &ask, 3, true)?;
-    Ok(())
+/// live to finish. Each line it prints comes after what it says was
+/// recorded.
+pub fn worker(dir: &Path) -> std::result::Result<(), Failure> {
+    let store = Arc::new(Store::open(dir, StoreOptions::default())?);
+    let runner = runner(store, true, Arc::default());
+    let observer = |event: &RunEvent| match event {
+        RunEvent::AssistantRecorded(entry) if !entry.tool_calls.is_empty() => {
+            say(&format!("model asked for {} tools", entry.tool_calls.len()));
+        }
+        RunEvent::ToolStarted { call, .. } => say(&format!("running {}", call.call_id)),
+        _ => {}
+    };
+    crate::chat::runtime()?.block_on(async {
+        let first = runner
+            .run(CONVERSATION, "Is it warm in Rome this weekend?")
+            .await
+            .map_err(|error| Failure(error.to_string()))?;
+        say(&format!("evaluation {} finished", first.evaluation_id));
+        runner
+            .run_stream(
+                CONVERSATION,
+                "Plan a weekend: weather in Paris, Rome and Oslo?",
+                &observer,
+            )
+            .await
+            .map_err(|error| Failure(error.to_string()))?;
+        Ok(())
+    })
 }
 
 /// The demonstration: start the first host, kill it mid-batch, carry on.
@@ -246,17 +225,19 @@ pub fn run(dir: Option<PathBuf>) -> std::result::Result<(), Failure> {
     );
     println!("Store: {}\n", dir.display());
     kill_worker_mid_batch(&dir)?;
-    let store = Store::open(&dir, StoreOptions::default())?;
-    let state = report_resume(&store)?;
-    let evaluation = finish_evaluation(&store, &state)?;
-    print_requests(&store, &evaluation)?;
-    drop(store);
+    let state = report_resume(&Store::open_read_only(&dir, StoreOptions::default())?)?;
+    let evaluation = finish_evaluation(&dir, &state)?;
+    print_requests(
+        &Store::open_read_only(&dir, StoreOptions::default())?,
+        &evaluation,
+    )?;
     print_verified(&dir)?;
     Ok(())
 }
 
 /// Steps 1 and 2: runs [`worker`] in a child process and kills it with
-/// SIGKILL while the slow call of its parallel batch runs.
+/// SIGKILL while the slow call of its parallel batch runs (once the other
+/// calls' results are recorded, which it watches the store for).
 fn kill_worker_mid_batch(dir: &Path) -> Result<()> {
     let executable = std::env::current_exe().map_err(io_error("find own executable", dir))?;
     let mut child = Command::new(executable)
@@ -268,30 +249,33 @@ fn kill_worker_mid_batch(dir: &Path) -> Result<()> {
         .spawn()
         .map_err(io_error("start demo worker for", dir))?;
     println!(
-        "1. A host process (pid {}) runs a scripted agent. Every message and every",
+        "1. A host process (pid {}) runs the agent runner with a scripted model.",
         child.id()
     );
-    println!("   tool status is recorded the moment it happens (group commit, durable).");
+    println!("   Every message and every tool status is recorded the moment it happens.");
     let lines = BufReader::new(child.stdout.take().expect("stdout is piped"));
+    let mut first = true;
     for line in lines.lines() {
         let line = line.map_err(io_error("read demo worker output from", dir))?;
         match line.as_str() {
-            "evaluation eval-1 finished" => {
-                println!("   - evaluation eval-1: one weather call for Rome, answered.")
+            text if text.starts_with("evaluation ") => {
+                println!("   - the first evaluation: one weather call for Rome, answered.");
+                first = false;
             }
-            text if text.starts_with("model asked") => {
-                println!("   - evaluation eval-2: the {text}: Paris, Rome, Oslo.")
+            text if text.starts_with("model asked") && !first => {
+                println!("   - the second evaluation: the {text} in parallel: Paris, Rome, Oslo.")
             }
-            text if text.starts_with("running ") => {
-                println!("   - running {}", &text["running ".len()..]);
-                if text.ends_with(SLOW_CITY) {
+            text if text.starts_with("running ") && !first => {
+                let call = &text["running ".len()..];
+                println!("   - running {call}");
+                if call == format!("call_{SLOW_CITY}") {
+                    fast_calls_recorded(dir);
                     break;
                 }
             }
             _ => {}
         }
     }
-    std::thread::sleep(Duration::from_millis(50));
     child
         .kill()
         .map_err(io_error("kill demo worker for", dir))?;
@@ -300,6 +284,27 @@ fn kill_worker_mid_batch(dir: &Path) -> Result<()> {
         .map_err(io_error("wait for demo worker of", dir))?;
     println!("\n2. Killed the host with SIGKILL while call_{SLOW_CITY} was running.\n");
     Ok(())
+}
+
+/// Whether the worker's second evaluation has recorded every result but
+/// the slow city's, whose call runs (read beside the writer); waits for
+/// it up to [`KILL_WAIT`] once the slow call started.
+fn fast_calls_recorded(dir: &Path) -> bool {
+    let started = std::time::Instant::now();
+    loop {
+        let ready = Store::open_read_only(dir, StoreOptions::default())
+            .and_then(|store| store.resume(CONVERSATION, &ResumeOptions::default()))
+            .is_ok_and(|state| {
+                state.unfinished_calls.len() == 1
+                    && state.unfinished_calls[0].call.call_id == format!("call_{SLOW_CITY}")
+                    && state.unfinished_calls[0].call.status == ToolStatus::Running
+                    && state.finished_calls.len() == CITIES.len() - 1
+            });
+        if ready || started.elapsed() > KILL_WAIT {
+            return ready;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Step 3: what the new host finds it has to do.
@@ -336,48 +341,54 @@ fn report_resume(store: &Store) -> Result<ResumeState> {
     Ok(state)
 }
 
-/// Steps 4 and 5: re-runs the unfinished calls, records the model's answer;
-/// returns the finished evaluation's id.
-fn finish_evaluation(store: &Store, state: &ResumeState) -> std::result::Result<String, Failure> {
-    let mut sequence = state.next_sequence;
-    let ask = state
-        .entries
-        .iter()
-        .rev()
-        .find(|entry| entry.role == Role::Assistant && !entry.tool_calls.is_empty())
-        .cloned()
-        .ok_or_else(|| Failure("the evaluation has no tool batch".into()))?;
-    for unfinished in &state.unfinished_calls {
-        store.append(&[state.rerun_event(&unfinished.call.call_id, Timestamp::now())])?;
-        let city = &unfinished.call.call_id["call_".len()..];
-        store.append(&[tool_result(
-            &state.evaluation_id,
-            &unfinished.call,
-            sequence,
-            ask.turn,
-            weather(city),
-        )])?;
-        println!(
-            "4. Re-ran {} (its status event is marked resumed) and recorded its result.",
-            unfinished.call.call_id
-        );
-        sequence += 1;
+/// Steps 4 and 5: a new runner resumes the evaluation: re-runs the
+/// unfinished call, asks the model, records its answer; returns the
+/// finished evaluation's id.
+fn finish_evaluation(dir: &Path, state: &ResumeState) -> std::result::Result<String, Failure> {
+    let store = Arc::new(Store::open(dir, StoreOptions::default())?);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let runner = runner(Arc::clone(&store), false, Arc::clone(&runs));
+    let observer = |event: &RunEvent| match event {
+        RunEvent::ToolStarted { call, resumed } => println!(
+            "4. Re-running {}{}; its result is recorded with its status.",
+            call.call_id,
+            if *resumed {
+                " (its running event is marked resumed)"
+            } else {
+                ""
+            }
+        ),
+        RunEvent::AssistantRecorded(entry) => println!(
+            "5. The model answers: \"{}\"",
+            entry.content.as_deref().unwrap_or_default()
+        ),
+        _ => {}
+    };
+    let outcome: RunOutcome = crate::chat::runtime()?
+        .block_on(runner.resume_with(
+            CONVERSATION,
+            ResumeOptions::new().prompt(Some(prompt())),
+            Some(&observer),
+        ))
+        .map_err(|error| Failure(error.to_string()))?;
+    if outcome.stop != StopReason::Final {
+        return Err(Failure(format!(
+            "the resumed evaluation stopped: {:?}",
+            outcome.stop
+        )));
     }
-    let history = store
-        .resume(CONVERSATION, &ResumeOptions::default())?
-        .entries;
-    let answer = scripted_model(&history, &state.evaluation_id, sequence, &CITIES);
-    println!(
-        "5. The model answers: \"{}\"",
-        answer.content.as_deref().unwrap_or_default()
-    );
-    store.append(&[answer.recorded_in(CONVERSATION)])?;
     let done = store.resume(CONVERSATION, &ResumeOptions::default())?;
+    let reran = runs.load(Ordering::SeqCst);
     println!(
-        "   {} is finished: {} entries, {} tool calls, none run twice.\n",
+        "   {} is finished: {} entries, {} tool calls; this host ran {reran} of them, {}.\n",
         done.evaluation_id,
         done.entries.len(),
-        done.finished_calls.len()
+        done.finished_calls.len(),
+        if reran == state.unfinished_calls.len() {
+            "none run twice"
+        } else {
+            "SOME RUN TWICE"
+        }
     );
     Ok(done.evaluation_id)
 }

@@ -390,6 +390,36 @@ fn run(command: Command) -> Result<(), shell::Failure> {
         } => commands::compact(&store, delete_covered),
         Command::Stats { store } => commands::stats(&store),
         Command::Backup { store, dest } => backup::backup(&store, &dest),
+        Command::Inspect {
+            store,
+            conversation,
+            json,
+            color,
+        } => audit::inspect(&store, conversation.as_deref(), json, color),
+        Command::Tail {
+            store,
+            last,
+            follow,
+            json,
+            conversation,
+        } => audit::tail(&store, last, follow, json, conversation),
+        conversation_command => run_on_conversations(conversation_command),
+    }
+}
+
+/// The commands about conversations: resume, chat, export and import,
+/// message control, the demo.
+fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
+    match command {
+        Command::Append { .. }
+        | Command::Dump { .. }
+        | Command::Verify { .. }
+        | Command::Snapshot { .. }
+        | Command::Compact { .. }
+        | Command::Stats { .. }
+        | Command::Backup { .. }
+        | Command::Inspect { .. }
+        | Command::Tail { .. } => unreachable!("run() handles the store and audit commands"),
         Command::Resume {
             store,
             conversation,
@@ -421,19 +451,6 @@ fn run(command: Command) -> Result<(), shell::Failure> {
             chat::Recording { system, prompt },
             model,
         ),
-        Command::Inspect {
-            store,
-            conversation,
-            json,
-            color,
-        } => audit::inspect(&store, conversation.as_deref(), json, color),
-        Command::Tail {
-            store,
-            last,
-            follow,
-            json,
-            conversation,
-        } => audit::tail(&store, last, follow, json, conversation),
         Command::Export {
             store,
             conversation,
@@ -484,7 +501,7 @@ fn run(command: Command) -> Result<(), shell::Failure> {
             as_user,
         } => control::change_messages(&store, &conversation, as_user, control::Change::Set),
         Command::Demo { dir } => demo::run(dir),
-        Command::DemoWorker { store } => demo::worker(&store).map_err(shell::Failure::from),
+        Command::DemoWorker { store } => demo::worker(&store),
     }
 }
 

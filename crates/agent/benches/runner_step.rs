@@ -28,8 +28,8 @@
 //!   variant), its history in memory.
 //!
 //! Run with `cargo bench -p convlog-agent --bench runner_step`.
-//! Environment: `CONVLOG_BENCH_ROUNDS` (default 7), `CONVLOG_BENCH_RUNS`
-//! (runs per variant, length and round; default 30),
+//! Environment: `CONVLOG_BENCH_ROUNDS` (default 5), `CONVLOG_BENCH_RUNS`
+//! (runs per variant, case and round; default 20),
 //! `CONVLOG_BENCH_LENGTHS` (default `10,50,200`), `CONVLOG_BENCH_DIR`
 //! (scratch, default `target/bench-tmp`), `CONVLOG_BENCH_ONLY`
 //! (comma-separated subset of the variant names with `-` for spaces, e.g.
@@ -248,6 +248,27 @@ impl ModelClient for LocalModel {
     }
 }
 
+/// CPU time and run-queue wait of every thread of this process so far, in
+/// ns, from `/proc/self/task/*/schedstat` (Linux; zeros elsewhere). The
+/// wait is time a thread was ready to run but had no CPU.
+fn scheduler_ns() -> (u64, u64) {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return (0, 0);
+    };
+    let mut totals = (0, 0);
+    for task in tasks.flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        let mut fields = text.split_whitespace().map(|field| field.parse::<u64>());
+        if let (Some(Ok(cpu)), Some(Ok(wait))) = (fields.next(), fields.next()) {
+            totals.0 += cpu;
+            totals.1 += wait;
+        }
+    }
+    totals
+}
+
 fn nanos(duration: Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -408,6 +429,8 @@ struct Variant {
     naive: Vec<(Vec<ConversationEntry>, File)>,
     /// Per case, per round: microseconds per run.
     results: Vec<Vec<f64>>,
+    /// Per case: CPU ns and run-queue wait ns of all threads, summed.
+    scheduler: Vec<(u64, u64)>,
     /// Per case: the local model's render ns, ingest ns, calls and request
     /// bytes, summed.
     client_cpu: Vec<(u64, u64, u64, u64)>,
@@ -455,8 +478,9 @@ fn median(values: &[f64]) -> f64 {
 }
 
 fn main() -> BenchResult<()> {
-    let rounds = env_number("CONVLOG_BENCH_ROUNDS", 7).max(1);
-    let runs = env_number("CONVLOG_BENCH_RUNS", 30).max(1);
+    let rounds = env_number("CONVLOG_BENCH_ROUNDS", 5).max(1);
+    let runs = env_number("CONVLOG_BENCH_RUNS", 20).max(1);
+    RUNS.store(runs as u64, Ordering::Relaxed);
     let lengths: Vec<usize> = std::env::var("CONVLOG_BENCH_LENGTHS")
         .ok()
         .map(|list| {
@@ -544,6 +568,7 @@ fn main() -> BenchResult<()> {
                 naive: Vec::new(),
                 results: vec![Vec::new(); cases.len()],
                 client_cpu: vec![(0, 0, 0, 0); cases.len()],
+                scheduler: vec![(0, 0); cases.len()],
             });
         }
     }
@@ -731,6 +756,7 @@ async fn measure(
         ]
     };
     let before = variant.local.as_deref().map(counters);
+    let scheduled = scheduler_ns();
     let start = Instant::now();
     if variant.is_convlog() {
         for _ in 0..runs {
@@ -749,6 +775,10 @@ async fn measure(
         }
     }
     let elapsed = start.elapsed();
+    let after = scheduler_ns();
+    let slot = &mut variant.scheduler[index];
+    slot.0 += after.0.saturating_sub(scheduled.0);
+    slot.1 += after.1.saturating_sub(scheduled.1);
     if let (Some(local), Some(before)) = (variant.local.as_deref(), before) {
         let after = counters(local);
         let slot = &mut variant.client_cpu[index];
@@ -828,6 +858,9 @@ async fn naive_run(
     }
 }
 
+/// Runs per variant, case and round (set once in `main`).
+static RUNS: AtomicU64 = AtomicU64::new(1);
+
 /// Median µs per run of `variant`'s case `index`.
 fn run_micros(variant: &Variant, index: usize) -> f64 {
     median(&variant.results[index])
@@ -898,6 +931,27 @@ fn report(variants: &[Variant], cases: &[Case], lengths: &[usize]) {
             row.push_str(&format!(
                 " step {step:.1} ({:.1}%), run {fixed:.1} |",
                 step / round_trip * 100.0
+            ));
+        }
+        println!("{row}");
+    }
+
+    header(&format!(
+        "CPU µs per step of all threads (server included for http) / run-queue wait µs per \
+         step, runs of {small} tool round(s), summed over rounds"
+    ));
+    for variant in variants {
+        let mut row = format!("| {} |", variant.name());
+        for &length in lengths {
+            let index = index_of(length, small);
+            let steps = (variant.results[index].len() as u64 * cases[index].steps()) as f64;
+            let runs_per_round = RUNS.load(Ordering::Relaxed) as f64;
+            let (cpu, wait) = variant.scheduler[index];
+            let per_step = |ns: u64| ns as f64 / 1e3 / (steps * runs_per_round);
+            row.push_str(&format!(
+                " CPU {:.1} / wait {:.1} |",
+                per_step(cpu),
+                per_step(wait)
             ));
         }
         println!("{row}");

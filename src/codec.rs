@@ -160,8 +160,7 @@ struct IdFirstHead<'a> {
 /// The head of a `custom` body: `kind`, then the optional conversation id.
 #[derive(Deserialize)]
 struct CustomHead<'a> {
-    #[serde(rename = "kind")]
-    _kind: &'a str,
+    kind: &'a str,
     #[serde(borrow)]
     conversation_id: Option<&'a str>,
 }
@@ -194,6 +193,18 @@ pub fn peek_conversation_id(payload: &[u8]) -> Option<&str> {
         | KIND_MESSAGES_REPLACED
         | KIND_HISTORY_CURATED => decode_head::<IdFirstHead>(body).map(|head| head.conversation_id),
         KIND_CUSTOM => decode_head::<CustomHead>(body)?.conversation_id,
+        _ => None,
+    }
+}
+
+/// The kind of a `custom` event, read from its head without decoding the
+/// payload bytes; `None` for any other event or a payload whose head does
+/// not decode. Lets a reader that wants one custom kind skip the others.
+pub fn custom_kind(payload: &[u8]) -> Option<&str> {
+    match payload {
+        [version, KIND_CUSTOM, body @ ..] if is_known_version(*version) => {
+            decode_head::<CustomHead>(body).map(|head| head.kind)
+        }
         _ => None,
     }
 }
@@ -989,8 +1000,14 @@ mod tests {
                 event.conversation_id(),
                 "{event:?}"
             );
+            let kind = match &event {
+                Event::Custom(custom) => Some(custom.kind.as_str()),
+                _ => None,
+            };
+            assert_eq!(custom_kind(&bytes), kind, "{event:?}");
             for cut in 0..bytes.len() {
                 let _ = peek_conversation_id(&bytes[..cut]);
+                let _ = custom_kind(&bytes[..cut]);
             }
             for at in 0..bytes.len() {
                 for flip in [0x01, 0x80, 0xFF] {

@@ -721,6 +721,105 @@ mod payload_bytes {
     }
 }
 
+/// The [`CustomEvent::kind`] of a failed model call: the provider could not
+/// be reached or refused the request, after every retry. Its payload is a
+/// [`ModelCallFailed`] as a JSON object. The agent runner records one
+/// whenever a model call fails, and the audit views (`convlog inspect`,
+/// `tail`) show it in its evaluation.
+pub const MODEL_CALL_FAILED: &str = "convlog.model_call_failed";
+
+/// The payload of a [`MODEL_CALL_FAILED`] custom event: which model call
+/// failed, where, and the provider's answer verbatim.
+///
+/// Stored as a JSON object with these field names (docs/events.md, "Failed
+/// model calls"); unknown fields are ignored when read, so a newer writer
+/// may add some. Build one with [`ModelCallFailed::new`] and set the other
+/// fields; record it with [`ModelCallFailed::to_event`]; read it back with
+/// [`ModelCallFailed::from_event`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ModelCallFailed {
+    /// The conversation (also the custom event's `conversation_id`).
+    pub conversation_id: String,
+    /// The evaluation whose model call failed.
+    pub evaluation_id: String,
+    /// The turn the response would have had.
+    pub turn: u32,
+    /// The provider mapper's name (`openai`, `anthropic`, ...).
+    pub provider: String,
+    /// The client that made the call (its own description).
+    pub client: String,
+    /// The URL called.
+    pub url: String,
+    /// Attempts made, retries included.
+    pub attempts: u32,
+    /// The HTTP status of the last attempt, when it got one (`null` for a
+    /// timeout or a connection that failed).
+    pub status: Option<u16>,
+    /// The error's text verbatim, the provider's response body included.
+    pub error: String,
+}
+
+impl ModelCallFailed {
+    /// A failure of the model call at `turn` of `evaluation_id` in
+    /// `conversation_id` with `error`: one attempt, no HTTP status, and an
+    /// empty provider, client and URL until set.
+    pub fn new(
+        conversation_id: impl Into<String>,
+        evaluation_id: impl Into<String>,
+        turn: u32,
+        error: impl Into<String>,
+    ) -> ModelCallFailed {
+        ModelCallFailed {
+            conversation_id: conversation_id.into(),
+            evaluation_id: evaluation_id.into(),
+            turn,
+            provider: String::new(),
+            client: String::new(),
+            url: String::new(),
+            attempts: 1,
+            status: None,
+            error: error.into(),
+        }
+    }
+
+    /// The custom event recording it: kind [`MODEL_CALL_FAILED`], its
+    /// conversation, and the JSON object as payload.
+    pub fn to_event(&self) -> Event {
+        Event::Custom(CustomEvent {
+            kind: MODEL_CALL_FAILED.to_string(),
+            conversation_id: Some(self.conversation_id.clone()),
+            payload: serde_json::to_vec(self).expect("a ModelCallFailed always serializes"),
+        })
+    }
+
+    /// The failure `event` records: `None` when it is not a custom event of
+    /// kind [`MODEL_CALL_FAILED`]; `Some(Err(reason))` when it is one whose
+    /// payload is not such a JSON object (a damaged or foreign event: show
+    /// it as unreadable rather than drop it).
+    pub fn from_event(event: &Event) -> Option<Result<ModelCallFailed, String>> {
+        match event {
+            Event::Custom(custom) => ModelCallFailed::from_custom(custom),
+            _ => None,
+        }
+    }
+
+    /// [`ModelCallFailed::from_event`] for the body of a custom event.
+    pub fn from_custom(custom: &CustomEvent) -> Option<Result<ModelCallFailed, String>> {
+        if custom.kind != MODEL_CALL_FAILED {
+            return None;
+        }
+        Some(
+            serde_json::from_slice::<ModelCallFailed>(&custom.payload).map_err(|error| {
+                format!(
+                    "the payload ({} bytes) is not a {MODEL_CALL_FAILED} object: {error}",
+                    custom.payload.len()
+                )
+            }),
+        )
+    }
+}
+
 /// Everything convlog records.
 ///
 /// JSON: an object with a `"type"` field (`conversation_recorded`,
@@ -1220,5 +1319,46 @@ mod tests {
 
         let converted: Event = change.clone().into();
         assert_eq!(converted, failed);
+    }
+
+    #[test]
+    fn a_model_call_failure_round_trips_through_its_custom_event() {
+        let mut failure = ModelCallFailed::new("ctx", "eval-1", 2, "HTTP 503: {\"error\":1}");
+        failure.status = Some(503);
+        failure.attempts = 3;
+        failure.provider = "openai".into();
+        let event = failure.to_event();
+        let Event::Custom(custom) = &event else {
+            panic!("a custom event: {event:?}");
+        };
+        assert_eq!(custom.kind, MODEL_CALL_FAILED);
+        assert_eq!(custom.conversation_id.as_deref(), Some("ctx"));
+        let payload: serde_json::Value = serde_json::from_slice(&custom.payload).unwrap();
+        assert_eq!(payload["status"], 503);
+        assert_eq!(payload["error"], "HTTP 503: {\"error\":1}");
+        assert_eq!(ModelCallFailed::from_event(&event), Some(Ok(failure)));
+
+        // Another kind, or another event, is not one.
+        let other = Event::Custom(CustomEvent {
+            kind: "budget".into(),
+            conversation_id: None,
+            payload: b"{}".to_vec(),
+        });
+        assert_eq!(ModelCallFailed::from_event(&other), None);
+        assert_eq!(
+            ModelCallFailed::from_event(&Event::tool_status("c", "e", "k", ToolStatus::Running)),
+            None
+        );
+        // The kind with a payload that is not the object: an error, kept.
+        let damaged = Event::Custom(CustomEvent {
+            kind: MODEL_CALL_FAILED.into(),
+            conversation_id: Some("ctx".into()),
+            payload: b"\xffnot json".to_vec(),
+        });
+        let reason = ModelCallFailed::from_event(&damaged).unwrap().unwrap_err();
+        assert!(
+            reason.contains("(9 bytes) is not a convlog.model_call_failed object"),
+            "{reason}"
+        );
     }
 }

@@ -914,3 +914,205 @@ fn tail_from_the_end_follows_a_writer_thread() {
     .unwrap();
     assert_eq!((report.printed, report.stop), (10, TailStop::Idle));
 }
+
+const FAILED_BODY: &str = "https://api.example/v1/chat answered HTTP 503 (after 2 attempt(s)): {\"error\":\"<b>busy</b>\"}\nretry later";
+
+/// A conversation whose first model call failed then succeeded on resume,
+/// with a damaged failure event, one naming an evaluation the conversation
+/// has no message of, and a host's own custom event.
+fn store_with_failed_model_calls(dir: &Path) -> Store {
+    let store = Store::open(dir, StoreOptions::default()).unwrap();
+    let mut failure = convlog::model::ModelCallFailed::new(CONVERSATION, "eval-1", 1, FAILED_BODY);
+    failure.provider = "openai".into();
+    failure.client = "fake-client".into();
+    failure.url = "https://api.example/v1/chat".into();
+    failure.attempts = 2;
+    failure.status = Some(503);
+    let elsewhere = convlog::model::ModelCallFailed::new(CONVERSATION, "eval-gone", 0, "timed out");
+    let events = [
+        entry("eval-1", 0, 0, Role::User, "Weather in Paris?", 0).recorded_in(CONVERSATION),
+        failure.to_event(),
+        Event::Custom(convlog::model::CustomEvent {
+            kind: "budget".into(),
+            conversation_id: Some(CONVERSATION.into()),
+            payload: vec![1, 2, 3],
+        }),
+        Event::Custom(convlog::model::CustomEvent {
+            kind: convlog::model::MODEL_CALL_FAILED.into(),
+            conversation_id: Some(CONVERSATION.into()),
+            payload: b"{\"status\": \"teapot\"}".to_vec(),
+        }),
+        elsewhere.to_event(),
+        entry("eval-1", 1, 1, Role::Assistant, "Sunny, 21C.", 5_000).recorded_in(CONVERSATION),
+    ];
+    for event in events {
+        store.append(&[event]).unwrap();
+    }
+    store
+}
+
+#[test]
+fn a_failed_model_call_shows_in_its_evaluation_in_every_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_with_failed_model_calls(dir.path());
+    let from_store =
+        Timeline::from_store(&store, CONVERSATION, &TimelineOptions::default()).unwrap();
+    let slice = store.conversation(CONVERSATION).unwrap();
+    drop(store);
+    let view = AuditView::open(dir.path(), None).unwrap();
+    let timeline = view
+        .timeline(CONVERSATION, &TimelineOptions::default())
+        .unwrap();
+    assert_eq!(timeline, from_store);
+
+    // The model: one failure in eval-1 at LSN 2, two apart.
+    assert_eq!(timeline.failed_model_calls, 3);
+    let placed = &timeline.evaluations[0].failed_model_calls;
+    assert_eq!(placed.len(), 1);
+    assert_eq!(placed[0].lsn, 2);
+    let details = placed[0].failure.as_ref().unwrap();
+    assert_eq!(
+        (details.status, details.attempts, details.turn),
+        (Some(503), 2, 1)
+    );
+    assert_eq!(details.client, "fake-client");
+    assert_eq!(details.error.text, FAILED_BODY);
+    let apart = &timeline.failed_model_calls_apart;
+    assert_eq!(apart.len(), 2);
+    assert_eq!(apart[0].lsn, 4);
+    assert!(apart[0].failure.is_none());
+    let reason = apart[0].unreadable.as_deref().unwrap();
+    assert!(
+        reason.contains("not a convlog.model_call_failed object"),
+        "{reason}"
+    );
+    assert_eq!(
+        apart[1].failure.as_ref().unwrap().evaluation_id,
+        "eval-gone"
+    );
+    // A slice alone has no events to read them from.
+    assert_eq!(
+        Timeline::from_slice(&slice, &TimelineOptions::default()).failed_model_calls,
+        0
+    );
+    // Long errors are cut like other text fields.
+    let cut = view
+        .timeline(CONVERSATION, &TimelineOptions::new().text_chars(Some(20)))
+        .unwrap();
+    let error = &cut.evaluations[0].failed_model_calls[0]
+        .failure
+        .as_ref()
+        .unwrap()
+        .error;
+    assert!(error.truncated && error.text.chars().count() == 20);
+    assert_eq!(error.chars, FAILED_BODY.chars().count());
+
+    // Text: in place between the question and the answer, with the count.
+    let text = text_of(|out| audit::write_timeline_text(out, &timeline, false).unwrap());
+    println!("{text}");
+    assert!(
+        text.contains("no tool calls · 3 failed model calls"),
+        "{text}"
+    );
+    let question = text.find("Weather in Paris?").unwrap();
+    let failed = text
+        .find("LSN 2  model call failed at turn 1 (HTTP 503, 2 attempts) · openai · client fake-client")
+        .expect("the failure line");
+    let answer = text.find("Sunny, 21C.").unwrap();
+    assert!(question < failed && failed < answer, "{text}");
+    assert!(text.contains("https://api.example/v1/chat answered HTTP 503 (after 2 attempt(s)): {\"error\":\"<b>busy</b>\"}"));
+    assert!(
+        !text.contains("retry later"),
+        "only the first line of the error"
+    );
+    assert!(text.contains("failed model calls outside the evaluations shown"));
+    assert!(text.contains("LSN 4  model call failed, event unreadable: the payload (20 bytes)"));
+    assert!(text.contains(
+        "evaluation eval-gone\n  LSN 5  model call failed at turn 0 (no HTTP status, 1 attempt)"
+    ));
+    assert!(!text.contains("budget"), "other custom kinds stay out");
+
+    // JSON.
+    let json = text_of(|out| audit::write_json(out, &timeline).unwrap());
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(value["failed_model_calls"], 3);
+    let failure = &value["evaluations"][0]["failed_model_calls"][0];
+    assert_eq!(failure["lsn"], 2);
+    assert_eq!(failure["failure"]["status"], 503);
+    assert_eq!(failure["failure"]["attempts"], 2);
+    assert_eq!(failure["failure"]["client"], "fake-client");
+    assert_eq!(failure["failure"]["error"]["text"], FAILED_BODY);
+    assert!(failure["unreadable"].is_null());
+    assert!(value["failed_model_calls_apart"][0]["unreadable"].is_string());
+
+    // HTML: a card in the evaluation, between the messages, escaped, and
+    // an item under "Needs attention".
+    let html = html_of(&timeline);
+    let card = html.find("id=\"model-failure-2\"").expect("the card");
+    let question = html.find("Weather in Paris?").unwrap();
+    let answer = html.find("Sunny, 21C.").unwrap();
+    assert!(question < card && card < answer);
+    assert!(html.contains("HTTP 503, 2 attempts"));
+    assert!(html.contains("&lt;b&gt;busy&lt;/b&gt;"));
+    assert!(!html.contains("<b>busy"));
+    assert!(html.contains("fake-client"));
+    assert!(html.contains("<a href=\"#model-failure-2\">Model call failed</a>"));
+    assert!(html.contains("id=\"model-failure-4\""));
+    assert!(html.contains("<span class=\"badge bad\">unreadable</span>"));
+    assert!(html.contains("<span class=\"badge bad\">1 failed model call</span>"));
+    assert!(!html.contains("budget"));
+
+    // The overview counts them.
+    let overview = view.overview();
+    assert_eq!(overview.conversations[0].failed_model_calls, 3);
+    assert_eq!(overview.failed_model_calls, 3);
+    let text = text_of(|out| audit::write_overview_text(out, &overview, false).unwrap());
+    assert!(
+        text.contains("no tool calls · 3 failed model calls"),
+        "{text}"
+    );
+}
+
+#[test]
+fn tail_summarizes_a_failed_model_call() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(store_with_failed_model_calls(dir.path()));
+    let mut out = Vec::new();
+    audit::tail(
+        dir.path(),
+        &mut out,
+        &TailOptions::new().start(TailStart::Beginning),
+        &mut || false,
+    )
+    .unwrap();
+    let text = String::from_utf8(out).unwrap();
+    println!("{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[1].ends_with(
+        "eval-1 model call failed (HTTP 503, 2 attempts): https://api.example/v1/chat answered HTTP 503 (after 2 attempt(s)): {\"error\":\"<b>busy</b>\"}"
+    ), "{}", lines[1]);
+    assert!(lines[2].ends_with("custom budget: 3 bytes"), "{}", lines[2]);
+    assert!(
+        lines[3].contains("model call failed (unreadable): the payload (20 bytes)"),
+        "{}",
+        lines[3]
+    );
+    assert!(
+        lines[4].ends_with("eval-gone model call failed (no HTTP status, 1 attempt): timed out")
+    );
+}
+
+#[test]
+fn the_documented_failed_model_call_example_reads() {
+    let docs = include_str!("../docs/events.md");
+    let line = docs
+        .lines()
+        .find(|line| line.contains("\"kind\": \"convlog.model_call_failed\""))
+        .expect("docs/events.md shows a failed model call");
+    let events = convlog::json::parse_line(1, line, &mut |_, _| Ok(0)).unwrap();
+    let failure = convlog::model::ModelCallFailed::from_event(&events[0])
+        .expect("its kind")
+        .expect("its payload");
+    assert_eq!(failure.status, Some(503));
+    assert_eq!(failure.attempts, 2);
+}

@@ -102,6 +102,28 @@ pub(crate) fn cut(text: &str, max_chars: usize) -> String {
     kept
 }
 
+/// What a failed model call's head says: `HTTP 503, 2 attempts`, or `no
+/// HTTP status, 1 attempt` (a timeout or a failed connection).
+pub(crate) fn model_failure_facts(status: Option<u16>, attempts: u32) -> String {
+    let status = status
+        .map(|status| format!("HTTP {status}"))
+        .unwrap_or_else(|| "no HTTP status".to_string());
+    format!(
+        "{status}, {}",
+        plural(attempts as usize, "attempt", "attempts")
+    )
+}
+
+/// The first non-blank line of an error text, on one line and cut to
+/// `max_chars` characters.
+pub(crate) fn first_line(text: &str, max_chars: usize) -> String {
+    let line = text
+        .lines()
+        .find(|line| !line.trim().is_empty())
+        .unwrap_or("");
+    one_line(line, max_chars)
+}
+
 /// `1 call`, `3 calls`.
 pub(crate) fn plural(count: usize, one: &str, many: &str) -> String {
     if count == 1 {

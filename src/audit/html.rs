@@ -9,8 +9,12 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use super::format::{clock, datetime, defuse_controls, format_duration_ms, plural};
-use super::timeline::{CallView, EvaluationView, MessageView, Timeline, TrimmedText};
+use super::format::{
+    clock, datetime, defuse_controls, first_line, format_duration_ms, model_failure_facts, plural,
+};
+use super::timeline::{
+    CallView, EvaluationView, MessageView, ModelFailureView, Timeline, TrimmedText,
+};
 use crate::model::{Role, Timestamp, ToolStatus};
 
 /// What [`write_html`] adds around the timeline.
@@ -211,6 +215,22 @@ fn render(page: &mut String, timeline: &Timeline, options: &HtmlOptions) -> std:
         }
         page.push_str("</table></section>\n");
     }
+    if !timeline.failed_model_calls_apart.is_empty() {
+        page.push_str(
+            "<section class=\"panel\"><h2>Failed model calls outside the evaluations shown</h2>\n",
+        );
+        for failure in &timeline.failed_model_calls_apart {
+            if let Some(details) = &failure.failure {
+                write!(
+                    page,
+                    "<p class=\"sub\">Evaluation <code>{}</code></p>",
+                    escape(&details.evaluation_id)
+                )?;
+            }
+            failure_card(page, failure)?;
+        }
+        page.push_str("</section>\n");
+    }
     writeln!(
         page,
         "<footer>Exported by convlog {} · one self-contained page: no scripts, nothing loaded from the network.</footer>\n</div>\n</body>\n</html>",
@@ -266,6 +286,14 @@ fn header(page: &mut String, timeline: &Timeline, options: &HtmlOptions) -> std:
     )?;
     if calls.resumed > 0 {
         stat(page, &calls.resumed.to_string(), "resumed", "")?;
+    }
+    if timeline.failed_model_calls > 0 {
+        stat(
+            page,
+            &timeline.failed_model_calls.to_string(),
+            "failed model calls",
+            "bad",
+        )?;
     }
     if let Some(ms) = timeline.duration_ms {
         stat(page, &format_duration_ms(ms), "wall time", "")?;
@@ -339,6 +367,14 @@ fn attention(page: &mut String, timeline: &Timeline, anchors: &Anchors) -> std::
             }
         }
     }
+    let failures = timeline
+        .evaluations
+        .iter()
+        .flat_map(|evaluation| &evaluation.failed_model_calls)
+        .chain(&timeline.failed_model_calls_apart);
+    for failure in failures {
+        items.push(failure_attention(failure));
+    }
     for anomaly in &timeline.anomalies {
         items.push(format!(
             "<li class=\"bad\">Anomaly at LSN {}: call <code>{}</code>: {}</li>",
@@ -368,6 +404,73 @@ fn attention(page: &mut String, timeline: &Timeline, anchors: &Anchors) -> std::
         page,
         "<section class=\"attention\"><h2>Needs attention</h2><ul>{}</ul></section>",
         items.join("")
+    )
+}
+
+/// The "Needs attention" item of a failed model call, linking to its card.
+fn failure_attention(view: &ModelFailureView) -> String {
+    match &view.failure {
+        Some(failure) => format!(
+            "<li class=\"bad\"><a href=\"#{}\">Model call failed</a> ({}) in <code>{}</code> — {}</li>",
+            failure_anchor(view),
+            escape(&model_failure_facts(failure.status, failure.attempts)),
+            escape(&failure.evaluation_id),
+            escape(&first_line(&failure.error.text, 140))
+        ),
+        None => format!(
+            "<li class=\"bad\"><a href=\"#{}\">Model call failed</a>, its event unreadable — {}</li>",
+            failure_anchor(view),
+            escape(&super::format::one_line(view.unreadable.as_deref().unwrap_or(""), 140))
+        ),
+    }
+}
+
+fn failure_anchor(view: &ModelFailureView) -> String {
+    format!("model-failure-{}", view.lsn)
+}
+
+/// The card of a failed model call: status, attempts, provider, client,
+/// URL and the error text whole (as far as the timeline kept it).
+fn failure_card(page: &mut String, view: &ModelFailureView) -> std::fmt::Result {
+    write!(
+        page,
+        "<article class=\"msg error model-failure\" id=\"{}\">\n<div class=\"msg-head\"><span class=\"role\">model call failed</span><span class=\"seq\">LSN {}</span>",
+        failure_anchor(view),
+        view.lsn
+    )?;
+    let Some(failure) = &view.failure else {
+        writeln!(
+            page,
+            "<span class=\"badge bad\">unreadable</span></div>\n<div class=\"text\">{}</div>\n</article>",
+            escape(view.unreadable.as_deref().unwrap_or(""))
+        )?;
+        return Ok(());
+    };
+    writeln!(
+        page,
+        "<span class=\"answers\">turn {}</span><span class=\"badge bad\">{}</span></div>",
+        failure.turn,
+        escape(&model_failure_facts(failure.status, failure.attempts))
+    )?;
+    page.push_str("<table class=\"kv\">");
+    for (key, value) in [
+        ("Provider", &failure.provider),
+        ("Client", &failure.client),
+        ("URL", &failure.url),
+    ] {
+        if !value.is_empty() {
+            write!(
+                page,
+                "<tr><th>{key}</th><td><code>{}</code></td></tr>",
+                escape(value)
+            )?;
+        }
+    }
+    writeln!(
+        page,
+        "</table>\n<div class=\"text\">{}</div>{}\n</article>",
+        escape(&failure.error.text),
+        trimmed_note(&failure.error)
     )
 }
 
@@ -405,6 +508,17 @@ fn evaluation_section(
             plural(evaluation.calls.failed, "failed call", "failed calls")
         )?;
     }
+    if !evaluation.failed_model_calls.is_empty() {
+        write!(
+            page,
+            "<span class=\"badge bad\">{}</span>",
+            plural(
+                evaluation.failed_model_calls.len(),
+                "failed model call",
+                "failed model calls"
+            )
+        )?;
+    }
     page.push_str("</div>\n<p class=\"sub\">");
     let mut facts = Vec::new();
     if evaluation.prompt_ns.is_some() || evaluation.prompt_key.is_some() {
@@ -425,6 +539,8 @@ fn evaluation_section(
     facts.push(plural(evaluation.calls.total, "tool call", "tool calls"));
     page.push_str(&facts.join(" · "));
     page.push_str("</p>\n");
+    // Each failed model call goes after the messages recorded before it.
+    let mut failures = evaluation.failed_model_calls.iter().peekable();
     for turn in &evaluation.turns {
         writeln!(
             page,
@@ -432,7 +548,17 @@ fn evaluation_section(
             turn.turn
         )?;
         for message in &turn.messages {
+            while let Some(failure) = failures.next_if(|failure| failure.lsn < message.lsn) {
+                failure_card(page, failure)?;
+            }
             message_card(page, index, message, anchors)?;
+        }
+        page.push_str("</div>\n");
+    }
+    if failures.peek().is_some() {
+        page.push_str("<div class=\"turn\"><div class=\"turn-label\">Model calls after the last message</div>\n");
+        for failure in failures {
+            failure_card(page, failure)?;
         }
         page.push_str("</div>\n");
     }
@@ -836,6 +962,7 @@ table.kv td { padding: 2px 0; overflow-wrap: anywhere; }
 .msg.assistant { border-left-color: var(--assistant); } .msg.assistant::before { border-color: var(--assistant); }
 .msg.tool { border-left-color: var(--tool); } .msg.tool::before { border-color: var(--tool); }
 .msg.error { border-left-color: var(--bad); background: var(--bad-bg); } .msg.error::before { border-color: var(--bad); }
+.msg.model-failure .role { color: var(--bad); }
 .msg-head { display: flex; flex-wrap: wrap; gap: 8px; align-items: baseline; font-size: .88em; margin-bottom: 4px; }
 .role { font-weight: 700; text-transform: uppercase; letter-spacing: .05em; font-size: .85em; }
 .msg.system .role { color: var(--system); } .msg.user .role { color: var(--user); }

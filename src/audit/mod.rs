@@ -61,8 +61,9 @@ pub use tail::{
 pub use text::{write_overview_text, write_timeline_text, write_timeline_text_with, TextOptions};
 pub use timeline::{
     AnomalyView, CallCounts, CallView, ConversationSummary, CurationView, DurationSource,
-    EvaluationView, MessageView, ReasoningView, ResultRef, ResumedCalls, StatusView, StoreOverview,
-    Timeline, TimelineOptions, TrimmedText, TurnView, TEXT_CHARS_DEFAULT, TEXT_CHARS_HTML,
+    EvaluationView, MessageView, ModelFailureDetails, ModelFailureView, ReasoningView, ResultRef,
+    ResumedCalls, StatusView, StoreOverview, Timeline, TimelineOptions, TrimmedText, TurnView,
+    TEXT_CHARS_DEFAULT, TEXT_CHARS_HTML,
 };
 
 /// Writes `value` (a [`Timeline`] or a [`StoreOverview`]) as pretty JSON

@@ -1,12 +1,13 @@
 //! A read-only view of a store directory, and the one scan of the log that
-//! finds re-run (resumed) calls.
+//! finds re-run (resumed) calls and failed model calls.
 //!
 //! Opening and replaying is the store's own: [`AuditView::open`] opens the
 //! directory with [`Store::open_read_only`] (the snapshot a writer's open
 //! would choose, with the same checks, then the log after it) and reads
-//! the folded conversations from it. The resumed flags, which the folded
-//! slices do not keep, come from one pass over the store's log
-//! ([`resumed_calls`]), shared with [`Timeline::from_store`].
+//! the folded conversations from it. The resumed flags and the failed
+//! model calls, which the folded slices do not keep, come from one pass
+//! over the store's log ([`resumed_calls`]), shared with
+//! [`Timeline::from_store`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use crate::codec;
 use crate::conversation::ConversationSlice;
 use crate::error::{Error, Result};
 use crate::log::Lsn;
+use crate::model::MODEL_CALL_FAILED;
 use crate::store::{LogView, Store, StoreOptions};
 
 /// How often [`AuditView::open`] reads a store that compaction keeps
@@ -30,8 +32,8 @@ const READ_ATTEMPTS_MAX: usize = 3;
 /// no lock, nothing written, so it works while another process appends and
 /// sees what was written when it reached the end), folds every
 /// conversation, or only the one asked for, and reads the log once more to
-/// note which calls were re-run after a resume, which the folded slices do
-/// not keep.
+/// note which calls were re-run after a resume and which model calls
+/// failed, which the folded slices do not keep.
 ///
 /// The store starts from its newest usable snapshot. When the log was
 /// compacted (it no longer starts at LSN 1), that snapshot stands in for
@@ -173,8 +175,9 @@ pub(super) struct ResumedScan {
 }
 
 /// Reads the log of a store from its first LSN up to `end` (exclusive)
-/// and notes the re-run calls of every conversation, or only of `only`.
-/// Only `tool_status` events are decoded.
+/// and notes the re-run calls and failed model calls of every
+/// conversation, or only of `only`. Only `tool_status` events and custom
+/// events of kind [`MODEL_CALL_FAILED`] are decoded.
 /// Fails with `Corrupted` on damage, `Compacted` when compaction deleted
 /// what it was about to read, and `UndecodableEvent` on a payload that is
 /// not an event.
@@ -190,9 +193,12 @@ pub(super) fn resumed_calls(
         if record.lsn >= end {
             break;
         }
-        if !codec::is_tool_status(&record.payload) {
-            // Only status changes carry the flag (the store's open decoded
-            // what it replayed).
+        if !codec::is_tool_status(&record.payload)
+            && codec::custom_kind(&record.payload) != Some(MODEL_CALL_FAILED)
+        {
+            // Only status changes carry the flag, and the folded slice
+            // keeps no custom event (the store's open decoded what it
+            // replayed).
             continue;
         }
         let event = codec::decode_event_at(record.lsn, &record.payload)?;
@@ -205,7 +211,7 @@ pub(super) fn resumed_calls(
         calls
             .entry(id.to_string())
             .or_insert_with(|| ResumedCalls::new(visible_from))
-            .observe(&event);
+            .observe_at(record.lsn, &event);
     }
     Ok(ResumedScan {
         visible_from,

@@ -5,12 +5,14 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::format::{clock, one_line};
+use super::format::{clock, first_line, model_failure_facts, one_line};
 use crate::codec;
 use crate::error::{Error, Result};
 use crate::json;
 use crate::log::{LogIter, LogReader, Lsn, Record};
-use crate::model::{ConversationEntry, Event, Role, ToolStatus, ToolStatusChanged};
+use crate::model::{
+    ConversationEntry, CustomEvent, Event, ModelCallFailed, Role, ToolStatus, ToolStatusChanged,
+};
 
 /// How [`tail()`] prints each event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -415,14 +417,7 @@ pub fn event_summary(lsn: Lsn, event: &Event, color: bool) -> String {
                     .unwrap_or_default()
             ),
         ),
-        Event::Custom(custom) => (
-            None,
-            format!(
-                "custom {}: {} bytes",
-                one_line(&custom.kind, 60),
-                custom.payload.len()
-            ),
-        ),
+        Event::Custom(custom) => (None, custom_summary(custom, color)),
     };
     let at = at.map(clock).unwrap_or_else(|| "-".to_string());
     let conversation = event
@@ -435,6 +430,31 @@ pub fn event_summary(lsn: Lsn, event: &Event, color: bool) -> String {
         paint(color, "2", &format!("{at:<12}")),
         paint(color, "36", &conversation)
     )
+}
+
+/// What `event_summary` says of a custom event: a failed model call's
+/// status, attempts and the first line of its error; an unreadable one as
+/// such; any other kind its name and size.
+fn custom_summary(custom: &CustomEvent, color: bool) -> String {
+    match ModelCallFailed::from_custom(custom) {
+        Some(Ok(failure)) => format!(
+            "{} {} ({}): {}",
+            one_line(&failure.evaluation_id, 60),
+            paint(color, "1;31", "model call failed"),
+            model_failure_facts(failure.status, failure.attempts),
+            first_line(&failure.error, SUMMARY_TEXT_CHARS)
+        ),
+        Some(Err(reason)) => format!(
+            "{} {}",
+            paint(color, "1;31", "model call failed (unreadable):"),
+            one_line(&reason, SUMMARY_TEXT_CHARS)
+        ),
+        None => format!(
+            "custom {}: {} bytes",
+            one_line(&custom.kind, 60),
+            custom.payload.len()
+        ),
+    }
 }
 
 /// Characters of recorded text a summary keeps.

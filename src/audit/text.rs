@@ -2,8 +2,13 @@
 
 use std::io::{self, Write};
 
-use super::format::{clock, datetime, defuse_controls, format_duration_ms, one_line, plural};
-use super::timeline::{CallCounts, CallView, EvaluationView, MessageView, StoreOverview, Timeline};
+use super::format::{
+    clock, datetime, defuse_controls, first_line, format_duration_ms, model_failure_facts,
+    one_line, plural,
+};
+use super::timeline::{
+    CallCounts, CallView, EvaluationView, MessageView, ModelFailureView, StoreOverview, Timeline,
+};
 use crate::model::{Role, ToolStatus};
 
 /// How [`write_timeline_text_with`] renders.
@@ -61,6 +66,8 @@ impl TextOptions {
 
 /// Columns of the message prefix (`  12:00:00.000  #12  assistant  `).
 const PREFIX: usize = 32;
+/// Columns of the indent of a failed model call's URL and error lines.
+const FAILURE_INDENT: usize = 6;
 /// Fewest columns left for text, however narrow the width.
 const TEXT_MIN: usize = 30;
 
@@ -181,7 +188,19 @@ fn write_timeline_head(out: &mut dyn Write, timeline: &Timeline, paint: &Paint) 
         ));
     }
     writeln!(out, "  {}", facts.join(" · "))?;
-    writeln!(out, "  {}", counts_text(&timeline.calls, paint))?;
+    let mut counts = counts_text(&timeline.calls, paint);
+    if timeline.failed_model_calls > 0 {
+        counts.push_str(" · ");
+        counts.push_str(&paint.paint(
+            BOLD_RED,
+            &plural(
+                timeline.failed_model_calls,
+                "failed model call",
+                "failed model calls",
+            ),
+        ));
+    }
+    writeln!(out, "  {counts}")?;
     Ok(())
 }
 
@@ -221,7 +240,19 @@ fn write_evaluation(
     } else {
         paint.paint(YELLOW, "open")
     });
+    if !evaluation.failed_model_calls.is_empty() {
+        head.push(paint.paint(
+            BOLD_RED,
+            &plural(
+                evaluation.failed_model_calls.len(),
+                "failed model call",
+                "failed model calls",
+            ),
+        ));
+    }
     writeln!(out, "{}", head.join(" · "))?;
+    // Each failed model call goes after the messages recorded before it.
+    let mut failures = evaluation.failed_model_calls.iter().peekable();
     for turn in &evaluation.turns {
         writeln!(
             out,
@@ -229,14 +260,83 @@ fn write_evaluation(
             paint.paint(DIM, &format!("turn {}", turn.turn))
         )?;
         for message in &turn.messages {
+            while let Some(failure) = failures.next_if(|failure| failure.lsn < message.lsn) {
+                write_model_failure(out, failure, options, paint)?;
+            }
             write_message(out, message, options, paint, text_width)?;
         }
+    }
+    for failure in failures {
+        write_model_failure(out, failure, options, paint)?;
     }
     Ok(())
 }
 
+/// A failed model call, in its evaluation or apart:
+///
+/// ```text
+///   LSN 9  model call failed at turn 2 (HTTP 503, 2 attempts) · openai via fake
+///       https://api.example/v1/chat: upstream overloaded
+/// ```
+fn write_model_failure(
+    out: &mut dyn Write,
+    view: &ModelFailureView,
+    options: &TextOptions,
+    paint: &Paint,
+) -> io::Result<()> {
+    let indent = " ".repeat(FAILURE_INDENT);
+    // The error lines use the whole width after their indent.
+    let text_width = options.width.saturating_sub(FAILURE_INDENT).max(TEXT_MIN);
+    let Some(failure) = &view.failure else {
+        return writeln!(
+            out,
+            "  LSN {}  {} {}",
+            view.lsn,
+            paint.paint(BOLD_RED, "model call failed, event unreadable:"),
+            one_line(view.unreadable.as_deref().unwrap_or(""), text_width)
+        );
+    };
+    let mut from = Vec::new();
+    if !failure.provider.is_empty() {
+        from.push(one_line(&failure.provider, 40));
+    }
+    if !failure.client.is_empty() {
+        from.push(format!("client {}", one_line(&failure.client, 60)));
+    }
+    writeln!(
+        out,
+        "  LSN {}  {} at turn {} ({}){}",
+        view.lsn,
+        paint.paint(BOLD_RED, "model call failed"),
+        failure.turn,
+        model_failure_facts(failure.status, failure.attempts),
+        if from.is_empty() {
+            String::new()
+        } else {
+            format!(" · {}", from.join(" · "))
+        }
+    )?;
+    if !failure.url.is_empty() {
+        writeln!(out, "{indent}{}", one_line(&failure.url, text_width))?;
+    }
+    let error = first_line(&failure.error.text, text_width);
+    let more = if failure.error.truncated || failure.error.text.lines().count() > 1 {
+        paint.paint(
+            DIM,
+            &format!(
+                " ({})",
+                plural(failure.error.chars, "character", "characters")
+            ),
+        )
+    } else {
+        String::new()
+    };
+    writeln!(out, "{indent}{}{more}", paint.paint(RED, &error))
+}
+
 /// What the fold kept apart from the evaluations: anomalies, statuses for
-/// unknown calls, history curations.
+/// unknown calls, history curations, failed model calls no evaluation
+/// holds.
 fn write_kept_apart(
     out: &mut dyn Write,
     timeline: &Timeline,
@@ -304,6 +404,20 @@ fn write_kept_apart(
             if !scope.is_empty() {
                 writeln!(out, "      {}", one_line(&scope, 80))?;
             }
+        }
+    }
+    if !timeline.failed_model_calls_apart.is_empty() {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "{}",
+            paint.paint(BOLD_RED, "failed model calls outside the evaluations shown")
+        )?;
+        for failure in &timeline.failed_model_calls_apart {
+            if let Some(details) = &failure.failure {
+                writeln!(out, "  evaluation {}", one_line(&details.evaluation_id, 80))?;
+            }
+            write_model_failure(out, failure, options, paint)?;
         }
     }
     Ok(())
@@ -477,15 +591,12 @@ fn write_call(
     Ok(())
 }
 
-/// Writes the overview of a store: one line per conversation with its
-/// entries, evaluations, calls, failed and unfinished calls, and last
-/// activity. ANSI colours when `color`.
-pub fn write_overview_text(
+/// The store, its LSN range and snapshot, and the totals.
+fn write_overview_head(
     out: &mut dyn Write,
     overview: &StoreOverview,
-    color: bool,
+    paint: &Paint,
 ) -> io::Result<()> {
-    let paint = Paint { color };
     writeln!(
         out,
         "{} {}",
@@ -503,14 +614,42 @@ pub fn write_overview_text(
         .unwrap_or_default();
     writeln!(
         out,
-        "  {range}{snapshot} · {} · {}",
+        "  {range}{snapshot} · {} · {}{}",
         plural(
             overview.conversations.len(),
             "conversation",
             "conversations"
         ),
-        counts_text(&overview.calls, &paint)
+        counts_text(&overview.calls, paint),
+        if overview.failed_model_calls > 0 {
+            format!(
+                " · {}",
+                paint.paint(
+                    BOLD_RED,
+                    &plural(
+                        overview.failed_model_calls,
+                        "failed model call",
+                        "failed model calls"
+                    )
+                )
+            )
+        } else {
+            String::new()
+        }
     )?;
+    Ok(())
+}
+
+/// Writes the overview of a store: one line per conversation with its
+/// entries, evaluations, calls, failed and unfinished calls, and last
+/// activity. ANSI colours when `color`.
+pub fn write_overview_text(
+    out: &mut dyn Write,
+    overview: &StoreOverview,
+    color: bool,
+) -> io::Result<()> {
+    let paint = Paint { color };
+    write_overview_head(out, overview, &paint)?;
     if overview.conversations.is_empty() {
         return Ok(());
     }
@@ -552,6 +691,13 @@ pub fn write_overview_text(
                 row.unknown_statuses,
                 "unknown-call status",
                 "unknown-call statuses",
+            ));
+        }
+        if row.failed_model_calls > 0 {
+            notes.push(plural(
+                row.failed_model_calls,
+                "failed model call",
+                "failed model calls",
             ));
         }
         let notes = if notes.is_empty() {

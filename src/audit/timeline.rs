@@ -9,7 +9,7 @@ use super::format::{serialize_time, serialize_time_always};
 use crate::conversation::{CallResults, ConversationSlice, RecordedEntry};
 use crate::error::Result;
 use crate::log::Lsn;
-use crate::model::{Event, Role, Timestamp, ToolCall, ToolStatus};
+use crate::model::{Event, ModelCallFailed, Role, Timestamp, ToolCall, ToolStatus};
 use crate::store::Store;
 
 /// Characters kept of each text field by default ([`TimelineOptions::default`]).
@@ -98,16 +98,19 @@ impl TrimmedText {
     }
 }
 
-/// Which calls a host re-ran after a resume (a `tool_status` event with
-/// `resumed` set), as far as the events read show it.
+/// What the folded slice does not keep, collected from a conversation's
+/// events as far as they were read: which calls a host re-ran after a
+/// resume (a `tool_status` event with `resumed` set), and the failed model
+/// calls (custom events of kind
+/// [`MODEL_CALL_FAILED`](crate::model::MODEL_CALL_FAILED)).
 ///
-/// The folded slice does not keep the flag, so it comes from the events
-/// themselves: [`AuditView`](super::AuditView) and
-/// [`Timeline::from_store`] collect it while reading the log.
+/// [`AuditView`](super::AuditView) and [`Timeline::from_store`] collect it
+/// in their one pass over the log ([`ResumedCalls::observe_at`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResumedCalls {
     visible_from: Lsn,
     calls: HashSet<(String, String)>,
+    model_failures: Vec<(Lsn, std::result::Result<ModelCallFailed, String>)>,
 }
 
 impl ResumedCalls {
@@ -117,6 +120,18 @@ impl ResumedCalls {
         ResumedCalls {
             visible_from,
             calls: HashSet::new(),
+            model_failures: Vec::new(),
+        }
+    }
+
+    /// [`ResumedCalls::observe`], and notes a failed model call (a custom
+    /// event of kind [`MODEL_CALL_FAILED`](crate::model::MODEL_CALL_FAILED))
+    /// recorded at `lsn`, readable or not. The caller passes one
+    /// conversation's events in log order.
+    pub fn observe_at(&mut self, lsn: Lsn, event: &Event) {
+        self.observe(event);
+        if let Some(failure) = ModelCallFailed::from_event(event) {
+            self.model_failures.push((lsn, failure));
         }
     }
 
@@ -325,6 +340,10 @@ pub struct EvaluationView {
     pub calls: CallCounts,
     /// Its turns.
     pub turns: Vec<TurnView>,
+    /// Its failed model calls, in log order (each sits after the messages
+    /// with a lower LSN); known only when the events were read, as the
+    /// resumed flags are.
+    pub failed_model_calls: Vec<ModelFailureView>,
 }
 
 /// A conflicting final status the fold kept out.
@@ -356,6 +375,72 @@ pub struct StatusView {
     pub error: Option<String>,
     /// Marked as a re-run after a resume.
     pub resumed: bool,
+}
+
+/// A failed model call, at its place in the log: what the provider
+/// answered, or why the event recording it could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModelFailureView {
+    /// LSN of the event.
+    pub lsn: Lsn,
+    /// The failure as recorded; `None` when its payload is unreadable.
+    pub failure: Option<ModelFailureDetails>,
+    /// Why the payload could not be read (a damaged or foreign event of
+    /// that kind); `None` when `failure` is set.
+    pub unreadable: Option<String>,
+}
+
+/// What a [`ModelFailureView`] recorded
+/// ([`ModelCallFailed`](crate::model::ModelCallFailed)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModelFailureDetails {
+    /// The evaluation whose model call failed.
+    pub evaluation_id: String,
+    /// The turn the response would have had.
+    pub turn: u32,
+    /// The provider mapper's name.
+    pub provider: String,
+    /// The client that made the call.
+    pub client: String,
+    /// The URL called.
+    pub url: String,
+    /// Attempts made, retries included.
+    pub attempts: u32,
+    /// The HTTP status of the last attempt, when it got one.
+    pub status: Option<u16>,
+    /// The error's text, the provider's body included (cut like other
+    /// text fields).
+    pub error: TrimmedText,
+}
+
+impl ModelFailureView {
+    fn new(
+        lsn: Lsn,
+        failure: &std::result::Result<ModelCallFailed, String>,
+        options: &TimelineOptions,
+    ) -> ModelFailureView {
+        match failure {
+            Ok(failure) => ModelFailureView {
+                lsn,
+                failure: Some(ModelFailureDetails {
+                    evaluation_id: failure.evaluation_id.clone(),
+                    turn: failure.turn,
+                    provider: failure.provider.clone(),
+                    client: failure.client.clone(),
+                    url: failure.url.clone(),
+                    attempts: failure.attempts,
+                    status: failure.status,
+                    error: TrimmedText::new(&failure.error, options.text_chars),
+                }),
+                unreadable: None,
+            },
+            Err(reason) => ModelFailureView {
+                lsn,
+                failure: None,
+                unreadable: Some(reason.clone()),
+            },
+        }
+    }
 }
 
 /// A history curation record.
@@ -418,9 +503,13 @@ pub struct Timeline {
     pub duration_ms: Option<i64>,
     /// Every tool call, counted.
     pub calls: CallCounts,
-    /// Resumed flags are known for calls recorded at or after this LSN;
-    /// `None` when no events were read (built from a slice alone).
+    /// Resumed flags are known for calls recorded at or after this LSN,
+    /// and failed model calls for those recorded at or after it; `None`
+    /// when no events were read (built from a slice alone: no failed model
+    /// call is known).
     pub resumed_visible_from: Option<Lsn>,
+    /// Failed model calls, in every evaluation and apart.
+    pub failed_model_calls: usize,
     /// Evaluations in order of first appearance.
     pub evaluations: Vec<EvaluationView>,
     /// Conflicting final statuses the fold kept out.
@@ -429,17 +518,21 @@ pub struct Timeline {
     pub unknown_statuses: Vec<StatusView>,
     /// History curation records.
     pub curations: Vec<CurationView>,
+    /// Failed model calls not shown in an evaluation: unreadable ones, and
+    /// ones naming an evaluation the conversation has no message of.
+    pub failed_model_calls_apart: Vec<ModelFailureView>,
 }
 
 impl Timeline {
     /// The timeline of a folded conversation. Resumed flags are unknown
-    /// (`None`): the slice does not keep them; see [`Timeline::with_resumed`].
+    /// (`None`) and no failed model call is known: the slice keeps
+    /// neither; see [`Timeline::with_resumed`].
     pub fn from_slice(slice: &ConversationSlice, options: &TimelineOptions) -> Timeline {
         build(slice, None, options)
     }
 
-    /// The timeline of a folded conversation, with the resumed flags
-    /// collected from its events.
+    /// The timeline of a folded conversation, with the resumed flags and
+    /// failed model calls collected from its events.
     pub fn with_resumed(
         slice: &ConversationSlice,
         resumed: &ResumedCalls,
@@ -451,8 +544,8 @@ impl Timeline {
     /// The timeline of conversation `conversation_id` of an open store.
     ///
     /// Folds the conversation (cost: that conversation), then reads the
-    /// store's log once for the resumed flags (cost: the whole log). Fails
-    /// with `ConversationNotFound` for an unknown id.
+    /// store's log once for the resumed flags and failed model calls (cost:
+    /// the whole log). Fails with `ConversationNotFound` for an unknown id.
     pub fn from_store(
         store: &Store,
         conversation_id: &str,
@@ -542,6 +635,23 @@ fn build(
             .collect();
         evaluations[index].add(recorded, views, options);
     }
+    let mut failed_model_calls_apart = Vec::new();
+    let mut failed_model_calls = 0;
+    for (lsn, failure) in resumed
+        .map(|resumed| resumed.model_failures.as_slice())
+        .unwrap_or_default()
+    {
+        failed_model_calls += 1;
+        let view = ModelFailureView::new(*lsn, failure, options);
+        let evaluation = failure
+            .as_ref()
+            .ok()
+            .and_then(|failure| rank.get(failure.evaluation_id.as_str()));
+        match evaluation {
+            Some(&index) => evaluations[index].failed_model_calls.push(view),
+            None => failed_model_calls_apart.push(view),
+        }
+    }
     let (calls, first_at, last_at) = finish_evaluations(&mut evaluations);
     Timeline {
         conversation_id: slice.conversation_id().to_string(),
@@ -552,6 +662,7 @@ fn build(
         duration_ms: span(first_at, last_at),
         calls,
         resumed_visible_from: resumed.map(ResumedCalls::visible_from),
+        failed_model_calls,
         evaluations,
         anomalies: slice
             .anomalies()
@@ -588,6 +699,7 @@ fn build(
                 session_id: curated.session_id.clone(),
             })
             .collect(),
+        failed_model_calls_apart,
     }
 }
 
@@ -699,6 +811,7 @@ impl EvaluationView {
             entries: 0,
             calls: CallCounts::default(),
             turns: Vec::new(),
+            failed_model_calls: Vec::new(),
         }
     }
 
@@ -806,6 +919,8 @@ pub struct ConversationSummary {
     pub anomalies: usize,
     /// Statuses and results for unknown calls.
     pub unknown_statuses: usize,
+    /// Failed model calls (known only when the events were read).
+    pub failed_model_calls: usize,
     /// Earliest entry time.
     #[serde(serialize_with = "serialize_time")]
     pub first_at: Option<Timestamp>,
@@ -839,6 +954,7 @@ impl ConversationSummary {
             calls: timeline.calls,
             anomalies: timeline.anomalies.len(),
             unknown_statuses: timeline.unknown_statuses.len(),
+            failed_model_calls: timeline.failed_model_calls,
             first_at: timeline.first_at,
             last_at: timeline.last_at,
             last_lsn: timeline.last_lsn,
@@ -863,6 +979,8 @@ pub struct StoreOverview {
     pub conversations: Vec<ConversationSummary>,
     /// Totals over all conversations.
     pub calls: CallCounts,
+    /// Failed model calls over all conversations.
+    pub failed_model_calls: usize,
 }
 
 impl StoreOverview {
@@ -893,8 +1011,10 @@ impl StoreOverview {
     ) -> StoreOverview {
         conversations.sort_by(|a, b| a.conversation_id.cmp(&b.conversation_id));
         let mut calls = CallCounts::default();
+        let mut failed_model_calls = 0;
         for conversation in &conversations {
             calls.merge(conversation.calls);
+            failed_model_calls += conversation.failed_model_calls;
         }
         StoreOverview {
             store,
@@ -903,6 +1023,7 @@ impl StoreOverview {
             snapshot_lsn,
             conversations,
             calls,
+            failed_model_calls,
         }
     }
 }

@@ -364,6 +364,20 @@ async fn a_failed_model_call_is_recorded_and_returned_verbatim_and_resume_retrie
     assert_eq!(payload["client"], "scripted test model");
     assert_eq!(payload["error"], model_error.to_string());
     assert!(payload["error"].as_str().unwrap().contains(body));
+    // The core reads it back, and the audit shows it in its evaluation.
+    let failure = convlog::model::ModelCallFailed::from_event(recorded.last().unwrap())
+        .expect("a failed model call")
+        .expect("its payload reads");
+    assert_eq!((failure.status, failure.attempts), (Some(429), 3));
+    let timeline =
+        convlog::audit::Timeline::from_store(&store, CONVERSATION, &Default::default()).unwrap();
+    assert_eq!(timeline.failed_model_calls, 1);
+    let evaluation = timeline
+        .evaluations
+        .iter()
+        .find(|evaluation| evaluation.evaluation_id == *evaluation_id)
+        .unwrap();
+    assert_eq!(evaluation.failed_model_calls.len(), 1);
 
     failing.store(false, std::sync::atomic::Ordering::SeqCst);
     let done = runner.resume(CONVERSATION).await.unwrap();

@@ -21,10 +21,10 @@ use convlog::{AppendOptions, ConversationSlice, Lsn};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use uuid::Uuid;
 
-use super::MODEL_CALL_FAILED;
 use super::{blocking, view, RunError, RunEvent, RunObserver, RunOutcome, Runner, StopReason};
 use crate::client::{ModelErrorKind, ModelRequest, StreamDelta, Usage};
 use crate::tools::ToolError;
+use convlog::model::ModelCallFailed;
 
 /// The evaluation a run or resume is driving.
 pub(super) struct Evaluation<'r> {
@@ -277,22 +277,18 @@ impl<'r> Evaluation<'r> {
             ModelErrorKind::Status { status, .. } => Some(*status),
             _ => None,
         };
-        let payload = serde_json::json!({
-            "conversation_id": self.conversation_id,
-            "evaluation_id": self.evaluation_id,
-            "turn": state.next_turn,
-            "provider": self.runner.client.provider().name(),
-            "client": self.runner.client.describe(),
-            "url": error.url,
-            "attempts": error.attempts,
-            "status": status,
-            "error": error.to_string(),
-        });
-        Event::Custom(convlog::model::CustomEvent {
-            kind: MODEL_CALL_FAILED.to_string(),
-            conversation_id: Some(self.conversation_id.clone()),
-            payload: payload.to_string().into_bytes(),
-        })
+        let mut failure = ModelCallFailed::new(
+            self.conversation_id.clone(),
+            self.evaluation_id.clone(),
+            state.next_turn,
+            error.to_string(),
+        );
+        failure.provider = self.runner.client.provider().name().to_string();
+        failure.client = self.runner.client.describe();
+        failure.url = error.url.clone();
+        failure.attempts = error.attempts;
+        failure.status = status;
+        failure.to_event()
     }
 
     /// Runs `calls` concurrently, recording each start and each result the

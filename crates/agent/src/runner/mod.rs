@@ -80,13 +80,14 @@ use crate::tools::{ToolContext, Toolset};
 pub use drive::TOOL_RESULT_BYTES_MAX;
 pub use generator::RunnerGenerator;
 
-/// The custom-event kind recording a failed model call. Its payload is a
-/// JSON object: `conversation_id`, `evaluation_id`, `turn` (the turn the
-/// response would have had), `provider` (the mapper's name), `client`
-/// ([`ModelClient::describe`]), `url`, `attempts`, `status` (the HTTP
-/// status, or null) and `error` (the error's text verbatim, provider body
-/// included).
-pub const MODEL_CALL_FAILED: &str = "convlog.model_call_failed";
+/// The custom-event kind recording a failed model call (the core's
+/// [`convlog::model::MODEL_CALL_FAILED`]); its payload is a
+/// [`convlog::model::ModelCallFailed`] as JSON: `conversation_id`,
+/// `evaluation_id`, `turn` (the turn the response would have had),
+/// `provider` (the mapper's name), `client` ([`ModelClient::describe`]),
+/// `url`, `attempts`, `status` (the HTTP status, or null) and `error` (the
+/// error's text verbatim, provider body included).
+pub use convlog::model::MODEL_CALL_FAILED;
 
 /// Model calls per evaluation when [`RunnerOptions::max_steps`] is not set.
 pub const DEFAULT_MAX_STEPS: u32 = 32;

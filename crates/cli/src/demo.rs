@@ -33,7 +33,7 @@ const CITIES: [&str; 3] = ["paris", "rome", "oslo"];
 const SLOW_CITY: &str = "oslo";
 /// How long the demo waits for the worker's fast calls to be recorded
 /// before it kills it anyway.
-const KILL_WAIT: Duration = Duration::from_secs(30);
+const KILL_WAIT: Duration = Duration::from_secs(120);
 
 fn default_demo_dir() -> PathBuf {
     let stamp = SystemTime::now()

@@ -34,12 +34,7 @@ impl Wire for OllamaWire {
     }
 
     fn headers(&self, config: &ClientConfig) -> Vec<(String, String)> {
-        match &config.api_key {
-            Some(key) if !key.is_empty() => {
-                vec![("Authorization".to_string(), format!("Bearer {key}"))]
-            }
-            _ => Vec::new(),
-        }
+        super::wire_support::bearer_header(config)
     }
 
     fn body(

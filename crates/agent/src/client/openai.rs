@@ -65,12 +65,7 @@ impl Wire for OpenAiChatWire {
     }
 
     fn headers(&self, config: &ClientConfig) -> Vec<(String, String)> {
-        match &config.api_key {
-            Some(key) if !key.is_empty() => {
-                vec![("Authorization".to_string(), format!("Bearer {key}"))]
-            }
-            _ => Vec::new(),
-        }
+        super::wire_support::bearer_header(config)
     }
 
     fn body(

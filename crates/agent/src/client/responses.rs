@@ -72,10 +72,7 @@ impl Wire for ResponsesWire {
     }
 
     fn headers(&self, config: &ClientConfig) -> Vec<(String, String)> {
-        support::auth_header(
-            "Authorization",
-            config.api_key.as_ref().map(|key| format!("Bearer {key}")),
-        )
+        support::bearer_header(config)
     }
 
     fn body(

@@ -36,6 +36,18 @@ pub(crate) fn auth_header(name: &str, value: Option<String>) -> Vec<(String, Str
         .unwrap_or_default()
 }
 
+/// `Authorization: Bearer KEY` when the config has a (non-empty) key.
+pub(crate) fn bearer_header(config: &super::ClientConfig) -> Vec<(String, String)> {
+    auth_header(
+        "Authorization",
+        config
+            .api_key
+            .as_ref()
+            .filter(|key| !key.is_empty())
+            .map(|key| format!("Bearer {key}")),
+    )
+}
+
 /// `provider`'s assistant message(s) in `messages` as ONE assistant entry
 /// (placeholder evaluation id, sequence 0).
 pub(crate) fn ingest_one(

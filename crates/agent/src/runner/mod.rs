@@ -49,10 +49,12 @@
 //! dropped), and a result whose call is not shown is dropped, so a request
 //! never holds a dangling call. The history manager then curates that view.
 //!
-//! **Blocking store work.** Appends (which fsync) and reads run on tokio's
-//! blocking pool ([`tokio::task::spawn_blocking`]), never on an executor
-//! thread; `spawn_blocking` works on both runtime flavours, where
-//! `block_in_place` panics on a current-thread runtime.
+//! **Blocking store work.** Appends (which fsync) and reads never block an
+//! executor: on a multi-thread runtime they run in place under
+//! [`tokio::task::block_in_place`] (the worker's other tasks move to
+//! another worker; no hop to another thread and back), on a current-thread
+//! runtime on the blocking pool ([`tokio::task::spawn_blocking`]), where
+//! `block_in_place` is not allowed.
 //!
 //! One runner at a time per conversation: two resuming the same
 //! evaluation at once would both re-run its unfinished calls. A run, a
@@ -585,11 +587,33 @@ impl Runner {
     }
 }
 
-/// Runs store work on the blocking pool.
+/// Runs store work (an append's write and fsync, a read) without blocking
+/// an executor: in place on a multi-thread runtime (`block_in_place` moves
+/// the worker's other tasks elsewhere — no hop to another thread and back,
+/// which costs more than a small append), on the blocking pool on a
+/// current-thread runtime (where `block_in_place` is not allowed). A panic
+/// in it is a [`RunError::Task`] either way.
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, RunError> {
+    let flavor = tokio::runtime::Handle::current().runtime_flavor();
+    if flavor == tokio::runtime::RuntimeFlavor::MultiThread {
+        let work = std::panic::AssertUnwindSafe(work);
+        return tokio::task::block_in_place(|| std::panic::catch_unwind(work))
+            .map_err(|panic| RunError::Task(panic_text(panic.as_ref())));
+    }
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|error| RunError::Task(error.to_string()))
+}
+
+/// The message of a panic's payload.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        format!("store work panicked: {text}")
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        format!("store work panicked: {text}")
+    } else {
+        "store work panicked".to_string()
+    }
 }

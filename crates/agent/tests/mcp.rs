@@ -8,51 +8,18 @@
 //! an hour, and waits for something to happen are bounded only to turn a
 //! defect into a failure rather than a hang.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Arc, OnceLock};
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use convlog_agent::tools::{McpError, McpServer, McpServerOptions, Tool, ToolContext, Toolset};
 use serde_json::json;
+use support::mcp_sdk::{available as sdk_available, python, server_script};
 
 /// Bounds waits that would otherwise hang on a defect.
 const GENEROUS: Duration = Duration::from_secs(60);
-
-fn python() -> String {
-    std::env::var("CONVLOG_PYTHON").unwrap_or_else(|_| "python3".to_owned())
-}
-
-fn server_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/server.py")
-}
-
-/// Whether the MCP Python SDK is there; if not, says so (and fails when
-/// `CONVLOG_REQUIRE_MCP=1`).
-fn sdk_available(test: &str) -> bool {
-    // Probed once: importing the SDK takes seconds.
-    static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
-    let probe =
-        PROBE.get_or_init(
-            || match Command::new(python()).args(["-c", "import mcp"]).output() {
-                Ok(output) if output.status.success() => Ok(()),
-                Ok(output) => Err(format!(
-                    "`{} -c 'import mcp'` failed: {}",
-                    python(),
-                    String::from_utf8_lossy(&output.stderr).trim()
-                )),
-                Err(error) => Err(format!("cannot run `{}`: {error}", python())),
-            },
-        );
-    let Err(why) = probe else {
-        return true;
-    };
-    if std::env::var("CONVLOG_REQUIRE_MCP").as_deref() == Ok("1") {
-        panic!("{test}: the MCP Python SDK is required (CONVLOG_REQUIRE_MCP=1) but {why}");
-    }
-    eprintln!("{test}: SKIPPED, the MCP Python SDK is missing ({why}); `pip install 'mcp==2.3.0'`");
-    false
-}
 
 /// The test server, or `None` (skipped) without the SDK.
 async fn server(test: &str) -> Option<McpServer> {

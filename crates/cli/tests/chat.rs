@@ -13,13 +13,13 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use convlog::model::{Role, ToolStatus};
 use convlog::resume::{ResumeOptions, ResumeState};
 use convlog::store::StoreOptions;
 use serde_json::{json, Value};
+use support::mcp_sdk::{available as sdk_available, python, server_script};
 use support::{openai, FakeServer, Reply};
 
 /// Bounds waits that would otherwise hang on a defect.
@@ -93,40 +93,9 @@ fn roles(state: &ResumeState) -> Vec<Role> {
     state.entries.iter().map(|entry| entry.role).collect()
 }
 
-fn python() -> String {
-    std::env::var("CONVLOG_PYTHON").unwrap_or_else(|_| "python3".to_owned())
-}
-
 /// The MCP test server's command line, for `--tool-server`.
 fn tool_server() -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mcp/server.py");
-    format!("'{}' '{}'", python(), script.display())
-}
-
-/// Whether the MCP Python SDK is there; if not, says so (and fails when
-/// `CONVLOG_REQUIRE_MCP=1`).
-fn sdk_available(test: &str) -> bool {
-    static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
-    let probe =
-        PROBE.get_or_init(
-            || match Command::new(python()).args(["-c", "import mcp"]).output() {
-                Ok(output) if output.status.success() => Ok(()),
-                Ok(output) => Err(format!(
-                    "`{} -c 'import mcp'` failed: {}",
-                    python(),
-                    String::from_utf8_lossy(&output.stderr).trim()
-                )),
-                Err(error) => Err(format!("cannot run `{}`: {error}", python())),
-            },
-        );
-    let Err(why) = probe else {
-        return true;
-    };
-    if std::env::var("CONVLOG_REQUIRE_MCP").as_deref() == Ok("1") {
-        panic!("{test}: the MCP Python SDK is required (CONVLOG_REQUIRE_MCP=1) but {why}");
-    }
-    eprintln!("{test}: SKIPPED, the MCP Python SDK is missing ({why}); `pip install 'mcp==2.3.0'`");
-    false
+    format!("'{}' '{}'", python(), server_script().display())
 }
 
 #[test]

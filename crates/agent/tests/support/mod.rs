@@ -36,6 +36,7 @@
 
 pub mod anthropic;
 pub mod gemini;
+pub mod mcp_sdk;
 pub mod ollama;
 pub mod openai;
 pub mod responses;

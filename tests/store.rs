@@ -681,3 +681,45 @@ fn concurrent_appenders_to_one_conversation_read_back_every_entry() {
         400
     );
 }
+
+/// `conversation_batches_since` lists the batches of one conversation from
+/// an LSN on, from the index, and refuses to answer for a range a snapshot
+/// folded away.
+#[test]
+fn conversation_batches_since_lists_a_conversations_batches_until_a_snapshot_hides_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    let user = |conversation: &str, text: &str| {
+        convlog::ConversationEntry::user("ev", 0, text).recorded_in(conversation)
+    };
+    let a1 = store.append(&[user("a", "1"), user("a", "2")]).unwrap();
+    let b1 = store.append(&[user("b", "1")]).unwrap();
+    // A batch of both: listed for each at its first event of that conversation.
+    let mixed = store.append(&[user("b", "2"), user("a", "3")]).unwrap();
+    assert_eq!(
+        store.conversation_batches_since("a", 1),
+        Some(vec![a1.start, mixed.start + 1])
+    );
+    assert_eq!(
+        store.conversation_batches_since("a", a1.start + 1),
+        Some(vec![mixed.start + 1])
+    );
+    assert_eq!(
+        store.conversation_batches_since("b", 1),
+        Some(vec![b1.start, mixed.start])
+    );
+    assert_eq!(
+        store.conversation_batches_since("a", mixed.end),
+        Some(vec![])
+    );
+    assert_eq!(store.conversation_batches_since("nobody", 1), Some(vec![]));
+
+    store.snapshot().unwrap();
+    let a2 = store.append(&[user("a", "4")]).unwrap();
+    // Before the snapshot: folded away, so no answer; after it: listed.
+    assert_eq!(store.conversation_batches_since("a", 1), None);
+    assert_eq!(
+        store.conversation_batches_since("a", mixed.end),
+        Some(vec![a2.start])
+    );
+}

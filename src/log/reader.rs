@@ -613,43 +613,7 @@ impl LogReader {
             offset: position.offset,
             reason,
         };
-        let owned;
-        let bytes: &[u8] = match segment {
-            SegmentRef::Sealed(sealed) => {
-                let bytes = match sealed.bytes(storage.as_ref()) {
-                    Ok(bytes) => bytes,
-                    Err(error) if is_not_found(&error) => {
-                        return Err(self.source.compacted(position.segment))
-                    }
-                    Err(error) => return Err(Error::io("map sealed segment", &sealed.path)(error)),
-                };
-                bytes
-                    .get(position.offset as usize..)
-                    .ok_or_else(|| damaged("position past the end of the segment".into()))?
-            }
-            SegmentRef::Active(active) => {
-                // One read covers most frames; a larger one needs a second.
-                let mut frame = vec![0u8; SMALL_FRAME_BYTES];
-                let read = active
-                    .file
-                    .read_at(&mut frame, position.offset)
-                    .map_err(Error::io("read segment", &active.path))?;
-                frame.truncate(read);
-                let length = format::frame_length_from_header(&frame)
-                    .map_err(|reason| damaged(reason.into()))?;
-                if length > frame.len() {
-                    frame.resize(length, 0);
-                    let read = active
-                        .file
-                        .read_at(&mut frame, position.offset)
-                        .map_err(Error::io("read segment", &active.path))?;
-                    frame.truncate(read);
-                }
-                owned = frame;
-                &owned
-            }
-        };
-        match format::decode_frame(bytes) {
+        let decode = |bytes: &[u8]| match format::decode_frame(bytes) {
             FrameDecode::Complete(frame) => Ok((frame.first_lsn..)
                 .zip(frame.events())
                 .map(|(lsn, payload)| Record {
@@ -660,6 +624,51 @@ impl LogReader {
                 .collect()),
             FrameDecode::Incomplete { .. } => Err(damaged("frame cut short".into())),
             FrameDecode::Invalid(reason) => Err(damaged(reason.into())),
+        };
+        match segment {
+            SegmentRef::Sealed(sealed) => {
+                let bytes = match sealed.bytes(storage.as_ref()) {
+                    Ok(bytes) => bytes,
+                    Err(error) if is_not_found(&error) => {
+                        return Err(self.source.compacted(position.segment))
+                    }
+                    Err(error) => return Err(Error::io("map sealed segment", &sealed.path)(error)),
+                };
+                decode(
+                    bytes
+                        .get(position.offset as usize..)
+                        .ok_or_else(|| damaged("position past the end of the segment".into()))?,
+                )
+            }
+            SegmentRef::Active(active) => FRAME_SCRATCH.with(|scratch| {
+                // The frame is read into this thread's scratch buffer,
+                // reused from read to read: a fresh zeroed buffer per frame
+                // cost more than the read itself. Records copy what they
+                // keep, so nothing borrows the buffer after this.
+                let mut scratch = scratch.borrow_mut();
+                let read_into = |scratch: &mut Vec<u8>, want: usize| -> Result<usize> {
+                    if scratch.len() < want {
+                        scratch.resize(want, 0);
+                    }
+                    active
+                        .file
+                        .read_at(&mut scratch[..want], position.offset)
+                        .map_err(Error::io("read segment", &active.path))
+                };
+                // One read covers most frames; a larger one needs a second.
+                let mut read = read_into(&mut scratch, SMALL_FRAME_BYTES)?;
+                let length = format::frame_length_from_header(&scratch[..read])
+                    .map_err(|reason| damaged(reason.into()))?;
+                if length > read {
+                    read = read_into(&mut scratch, length)?;
+                }
+                let records = decode(&scratch[..read]);
+                if scratch.len() > FRAME_SCRATCH_KEPT_BYTES {
+                    // A rare huge frame: do not keep its buffer for good.
+                    *scratch = Vec::new();
+                }
+                records
+            }),
         }
     }
 
@@ -754,6 +763,16 @@ struct ReadAhead {
 
 /// What a positioned frame read fetches in its first read.
 const SMALL_FRAME_BYTES: usize = 8 * 1024;
+
+/// The largest scratch buffer a thread keeps between frame reads of the
+/// active segment (see [`LogReader::read_frame`]); a larger frame's buffer
+/// is freed after its read.
+const FRAME_SCRATCH_KEPT_BYTES: usize = 1 << 20;
+
+thread_local! {
+    /// Where [`LogReader::read_frame`] reads frames of the active segment.
+    static FRAME_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 /// How much of the active segment one read fetches ahead.
 const READ_AHEAD_BYTES: usize = 1 << 20;

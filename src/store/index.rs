@@ -120,6 +120,37 @@ impl Store {
                 .is_some_and(|loaded| loaded.conversations.contains_key(conversation_id))
     }
 
+    /// The batches (frames) holding events of `conversation_id` that were
+    /// appended at or after LSN `lsn`: the LSN of the conversation's first
+    /// event in each, in order. `None` when the store cannot list them all:
+    /// a snapshot taken after `lsn` folded the earlier ones away.
+    ///
+    /// A cheap lookup in the in-memory index, no read. It lets a host that
+    /// keeps a folded [`ConversationSlice`] between uses check that no one
+    /// else wrote to the conversation meanwhile: if the batches since the
+    /// point it folded through are exactly the ones it folded itself (or
+    /// none), the slice still equals a fresh [`Store::conversation`]. A
+    /// frame taken back (a failed write under `Durability::None`) is not
+    /// listed.
+    pub fn conversation_batches_since(&self, conversation_id: &str, lsn: Lsn) -> Option<Vec<Lsn>> {
+        self.follow_quietly();
+        self.forget_taken_back();
+        let state = self.state.read();
+        if state
+            .snapshot
+            .as_ref()
+            .is_some_and(|loaded| loaded.lsn > lsn)
+        {
+            return None;
+        }
+        let entries = state
+            .index
+            .get(conversation_id)
+            .map_or(&[][..], Vec::as_slice);
+        let from = entries.partition_point(|entry| entry.lsn < lsn);
+        Some(entries[from..].iter().map(|entry| entry.lsn).collect())
+    }
+
     /// Every conversation id, sorted.
     pub fn conversation_ids(&self) -> Vec<String> {
         self.follow_quietly();

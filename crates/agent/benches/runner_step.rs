@@ -93,41 +93,78 @@ fn answers_now(results_since_input: usize) -> bool {
 /// server share it), so no two evaluations of a conversation reuse one.
 static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 
-/// A canned OpenAI Chat completion: a tool call, or the final answer.
-fn canned_response(final_answer: bool) -> String {
-    let message = if final_answer {
-        json!({
-            "role": "assistant",
-            "content": "The value of k is 42, according to the lookup tool. \
-                        Nothing else in the project depends on it, so changing it \
-                        is safe; the tests that read it are listed in its docs.",
-            "refusal": null
-        })
-    } else {
-        let id = NEXT_CALL.fetch_add(1, Ordering::Relaxed);
-        json!({
-            "role": "assistant",
-            "content": null,
-            "tool_calls": [{
-                "id": format!("call_{id:016}"),
-                "type": "function",
-                "function": {"name": TOOL, "arguments": "{\"key\":\"k\"}"}
-            }]
-        })
-    };
-    json!({
-        "id": "chatcmpl-bench",
-        "object": "chat.completion",
-        "created": 1_700_000_000,
-        "model": MODEL,
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "finish_reason": if final_answer { "stop" } else { "tool_calls" }
-        }],
-        "usage": {"prompt_tokens": 120, "completion_tokens": 20, "total_tokens": 140}
+/// The canned OpenAI Chat completions, built once: the final answer, and a
+/// tool call split around its call id. Building a reply is the provider's
+/// work, not the client's: answering costs the fake provider a string
+/// concatenation, so the local figures hold only the client's side.
+struct CannedReplies {
+    final_answer: String,
+    call_head: String,
+    call_tail: String,
+}
+
+const CALL_ID_MARK: &str = "CALL_ID_MARK";
+
+fn canned_replies() -> &'static CannedReplies {
+    static REPLIES: std::sync::OnceLock<CannedReplies> = std::sync::OnceLock::new();
+    REPLIES.get_or_init(|| {
+        let completion = |message: Value, finish_reason: &str| {
+            json!({
+                "id": "chatcmpl-bench",
+                "object": "chat.completion",
+                "created": 1_700_000_000,
+                "model": MODEL,
+                "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+                "usage": {"prompt_tokens": 120, "completion_tokens": 20, "total_tokens": 140}
+            })
+            .to_string()
+        };
+        let final_answer = completion(
+            json!({
+                "role": "assistant",
+                "content": "The value of k is 42, according to the lookup tool. \
+                            Nothing else in the project depends on it, so changing it \
+                            is safe; the tests that read it are listed in its docs.",
+                "refusal": null
+            }),
+            "stop",
+        );
+        let call = completion(
+            json!({
+                "role": "assistant",
+                "content": null,
+                "tool_calls": [{
+                    "id": CALL_ID_MARK,
+                    "type": "function",
+                    "function": {"name": TOOL, "arguments": "{\"key\":\"k\"}"}
+                }]
+            }),
+            "tool_calls",
+        );
+        let (head, tail) = call
+            .split_once(CALL_ID_MARK)
+            .expect("the mark is in the reply");
+        CannedReplies {
+            final_answer,
+            call_head: head.to_string(),
+            call_tail: tail.to_string(),
+        }
     })
-    .to_string()
+}
+
+/// A canned OpenAI Chat completion: a tool call (with a call id unique in
+/// the program), or the final answer.
+fn canned_response(final_answer: bool) -> String {
+    let replies = canned_replies();
+    if final_answer {
+        return replies.final_answer.clone();
+    }
+    let id = NEXT_CALL.fetch_add(1, Ordering::Relaxed);
+    let mut reply = String::with_capacity(replies.call_head.len() + replies.call_tail.len() + 21);
+    reply.push_str(&replies.call_head);
+    reply.push_str(&format!("call_{id:016}"));
+    reply.push_str(&replies.call_tail);
+    reply
 }
 
 fn malformed(reason: impl Into<String>) -> ModelError {
@@ -629,6 +666,109 @@ fn main() -> BenchResult<()> {
     }
 
     report(&variants, &cases, &lengths);
+    in_a_row(&runtime, &store, &scratch, &tools, rounds)?;
+    Ok(())
+}
+
+/// A host continuing one conversation: runs of one tool round (two model
+/// calls) in a row on the same conversation, which grows by five entries a
+/// run, from N = 10. The same runner does every run (it keeps the folded
+/// conversation between runs), a new runner each run (reads it from the
+/// store every run), and the naive loop with its history in memory.
+fn in_a_row(
+    runtime: &tokio::runtime::Runtime,
+    store: &Arc<Store>,
+    scratch: &tempfile::TempDir,
+    tools: &Toolset,
+    rounds: usize,
+) -> BenchResult<()> {
+    let turns = env_number("CONVLOG_BENCH_IN_A_ROW", 40);
+    if turns == 0 {
+        return Ok(());
+    }
+    TOOL_ROUNDS.store(1, Ordering::Relaxed);
+    let client: Arc<dyn ModelClient> = Arc::new(LocalModel {
+        times: ClientTimes::default(),
+    });
+    let new_runner = || {
+        Runner::new(
+            Arc::clone(store),
+            Arc::clone(&client),
+            tools.clone(),
+            runner_options(Some(Durability::None)),
+        )
+    };
+    let seeder = new_runner();
+    let steps = (turns * 2) as f64;
+    let mut kept = Vec::new();
+    let mut fresh = Vec::new();
+    let mut naive = Vec::new();
+    for round in 0..rounds {
+        let start_kept = format!("in-a-row-kept-{round}");
+        let start_fresh = format!("in-a-row-fresh-{round}");
+        runtime.block_on(seed(&seeder, &start_kept, 10))?;
+        runtime.block_on(seed(&seeder, &start_fresh, 10))?;
+        let history: Vec<ConversationEntry> = store
+            .conversation(&start_kept)?
+            .entries()
+            .cloned()
+            .collect();
+
+        let runner = new_runner();
+        let start = Instant::now();
+        for _ in 0..turns {
+            runtime.block_on(runner.run(&start_kept, INPUT))?;
+        }
+        kept.push(start.elapsed().as_secs_f64() * 1e6 / steps);
+
+        let start = Instant::now();
+        for _ in 0..turns {
+            runtime.block_on(new_runner().run(&start_fresh, INPUT))?;
+        }
+        fresh.push(start.elapsed().as_secs_f64() * 1e6 / steps);
+
+        let path = scratch.path().join(format!("in-a-row-{round}.jsonl"));
+        let mut file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let mut history = history;
+        let start = Instant::now();
+        for _ in 0..turns {
+            runtime.block_on(naive_run(&*client, tools, &mut history, &mut file, false))?;
+        }
+        naive.push(start.elapsed().as_secs_f64() * 1e6 / steps);
+    }
+    let show = |times: &[f64]| {
+        let low = times.iter().cloned().fold(f64::INFINITY, f64::min);
+        let high = times.iter().cloned().fold(0.0, f64::max);
+        format!(
+            "{:.1} [{low:.1}..{high:.1}] ({:.1}%)",
+            median(times),
+            median(times) / (ROUND_TRIP.as_secs_f64() * 1e6) * 100.0
+        )
+    };
+    println!();
+    println!(
+        "## {turns} runs in a row on one conversation (N = 10 to {}), µs per step, \
+         median of {rounds} rounds [min..max] (% of a 1 ms round trip)",
+        10 + 5 * turns
+    );
+    println!();
+    println!("| variant | µs per step |");
+    println!("|---|---|");
+    println!(
+        "| local convlog none, one runner (kept conversation) | {} |",
+        show(&kept)
+    );
+    println!(
+        "| local convlog none, a new runner each run | {} |",
+        show(&fresh)
+    );
+    println!("| local naive none | {} |", show(&naive));
+    println!();
+    println!(
+        "ratios: kept / naive {:.2}, new runner / naive {:.2}",
+        median(&kept) / median(&naive),
+        median(&fresh) / median(&naive)
+    );
     Ok(())
 }
 

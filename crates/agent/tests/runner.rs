@@ -870,3 +870,108 @@ async fn a_result_too_long_to_store_is_cut_and_recorded_so_the_run_goes_on() {
     );
     assert!(result.len() <= convlog::model::TEXT_BYTES_MAX);
 }
+
+/// The texts of a request's entries.
+fn texts(view: &[ConversationEntry]) -> Vec<String> {
+    view.iter()
+        .map(|entry| entry.content.clone().unwrap_or_default())
+        .collect()
+}
+
+/// A runner keeps a conversation folded between its runs; whatever anyone
+/// else writes to it — between runs, during a run, a replacement of its
+/// messages — is still shown to the model in the next run, and a snapshot
+/// in between changes nothing.
+#[tokio::test]
+async fn a_kept_conversation_never_hides_what_others_wrote_from_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    // The model answers at once; while answering "during", someone else
+    // writes to the conversation (once).
+    let writer = Arc::clone(&store);
+    let wrote_during = std::sync::atomic::AtomicBool::new(false);
+    let client = ScriptedClient::new(move |view: &[ConversationEntry]| {
+        let asked = view.last().and_then(|entry| entry.content.clone());
+        if asked.as_deref() == Some("during")
+            && !wrote_during.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            writer
+                .append(&[
+                    ConversationEntry::user("ev-other-2", 0, "written during a run")
+                        .recorded_in(CONVERSATION),
+                ])
+                .unwrap();
+        }
+        Ok(ConversationEntry::assistant("", 0, "ok"))
+    });
+    let tool = CountingTool::new("weather");
+    let runner = runner(&store, &client, &tool, options());
+    let last_view = || texts(client.requests().last().unwrap());
+
+    runner.run(CONVERSATION, "first").await.unwrap();
+    runner.run(CONVERSATION, "second").await.unwrap();
+    assert!(last_view().contains(&"first".to_string()));
+
+    // Between runs.
+    store
+        .append(&[
+            ConversationEntry::user("ev-other-1", 0, "written between runs")
+                .recorded_in(CONVERSATION),
+        ])
+        .unwrap();
+    runner.run(CONVERSATION, "third").await.unwrap();
+    assert!(last_view().contains(&"written between runs".to_string()));
+
+    // During a run: shown from the next run on.
+    runner.run(CONVERSATION, "during").await.unwrap();
+    runner.run(CONVERSATION, "after").await.unwrap();
+    assert!(
+        last_view().contains(&"written during a run".to_string()),
+        "{:?}",
+        last_view()
+    );
+
+    // A snapshot between runs: the same view as a fresh read gives.
+    store.snapshot().unwrap();
+    runner
+        .run(CONVERSATION, "after the snapshot")
+        .await
+        .unwrap();
+    let fresh = Runner::new(
+        Arc::clone(&store),
+        client.clone(),
+        Toolset::new(),
+        options(),
+    );
+    let kept_view = last_view();
+    fresh
+        .run(CONVERSATION, "from a fresh runner")
+        .await
+        .unwrap();
+    let fresh_view = last_view();
+    // The fresh runner shows the same, then the kept runner's last answer
+    // and its own input.
+    assert_eq!(fresh_view[..kept_view.len()], kept_view[..]);
+    assert_eq!(fresh_view[kept_view.len()..], ["ok", "from a fresh runner"]);
+
+    // The messages replaced: the next run shows only the replacement.
+    store
+        .append(&[Event::MessagesReplaced(convlog::model::MessagesReplaced {
+            conversation_id: CONVERSATION.to_string(),
+            entries: vec![ConversationEntry::user("ev-summary", 0, "summary so far")],
+            at: convlog::Timestamp::now(),
+        })])
+        .unwrap();
+    runner
+        .run(CONVERSATION, "after the replacement")
+        .await
+        .unwrap();
+    assert_eq!(
+        last_view(),
+        [
+            "You report weather.",
+            "summary so far",
+            "after the replacement"
+        ]
+    );
+}

@@ -12,16 +12,18 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use convlog::conversation::CallResults;
 use convlog::history::{curated_event_with, CurationContext};
 use convlog::model::{
     ConversationEntry, Event, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged,
 };
-use convlog::resume::{ResumeState, UnfinishedCall};
-use convlog::{AppendOptions, ConversationSlice, Lsn};
+use convlog::{AppendOptions, ConversationSlice, Durability, Lsn};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use uuid::Uuid;
 
-use super::{blocking, view, RunError, RunEvent, RunObserver, RunOutcome, Runner, StopReason};
+use super::{
+    blocking, in_place, view, RunError, RunEvent, RunObserver, RunOutcome, Runner, StopReason,
+};
 use crate::client::{ModelErrorKind, ModelRequest, StreamDelta, Usage};
 use crate::tools::ToolError;
 use convlog::model::ModelCallFailed;
@@ -37,9 +39,136 @@ pub(super) struct Evaluation<'r> {
     usage: Usage,
     /// The conversation as folded so far (`None` before the first read).
     slice: Option<ConversationSlice>,
-    /// This evaluation's appends not yet folded into `slice`, in the order
-    /// they were acknowledged (folded in LSN order).
-    unfolded: Mutex<Vec<(Lsn, Event)>>,
+    /// This evaluation's appends: those not yet folded into `slice`, and
+    /// where each batch began.
+    appended: Mutex<Appended>,
+    /// `slice` holds every batch of the conversation below this LSN, and
+    /// of those at or after it, `batches_folded` (and this evaluation's own
+    /// appends): what [`Evaluation::keep`] checks against the store.
+    folded_since: Lsn,
+    batches_folded: Vec<Lsn>,
+    /// What the model was last shown, kept between steps.
+    view: view::ModelView,
+}
+
+/// Where the evaluation stands, borrowed from the folded conversation: what
+/// [`convlog::resume::ResumeState`] says of it, without copying entries.
+/// A step decides from it.
+pub(super) struct StepState<'s> {
+    /// The evaluation's entries, in sequence order.
+    pub(super) entries: Vec<&'s ConversationEntry>,
+    /// Calls pending or running with no result, in the order they were
+    /// requested, each with the assistant entry holding it.
+    pub(super) unfinished: Vec<(&'s ConversationEntry, &'s ToolCall)>,
+    /// The sequence the next entry gets.
+    pub(super) next_sequence: u64,
+    /// The turn of the last assistant response (0 before any).
+    pub(super) turn: u32,
+    /// The evaluation ended: its last entry is an assistant response with
+    /// no tool calls, and nothing is unfinished.
+    pub(super) finished: bool,
+}
+
+impl<'s> StepState<'s> {
+    pub(super) fn new(slice: &'s ConversationSlice, evaluation_id: &str) -> StepState<'s> {
+        let entries = slice.evaluation(evaluation_id);
+        let results = CallResults::new(entries.iter().copied());
+        let mut unfinished = Vec::new();
+        let mut turn = 0;
+        for entry in entries.iter().filter(|entry| entry.role == Role::Assistant) {
+            turn = turn.max(entry.turn);
+            for call in &entry.tool_calls {
+                if results.is_unfinished(&entry.evaluation_id, call) {
+                    unfinished.push((*entry, call));
+                }
+            }
+        }
+        let finished = unfinished.is_empty()
+            && entries
+                .last()
+                .is_some_and(|last| last.role == Role::Assistant && last.tool_calls.is_empty());
+        StepState {
+            next_sequence: slice.next_sequence(evaluation_id),
+            entries,
+            unfinished,
+            turn,
+            finished,
+        }
+    }
+
+    /// The turn the next assistant response carries. Stored turns are at
+    /// most `TURN_MAX` (< `u32::MAX`), so this never saturates for
+    /// validated entries; it never wraps to 0.
+    pub(super) fn next_turn(&self) -> u32 {
+        self.turn.saturating_add(1)
+    }
+}
+
+/// An evaluation's appends.
+#[derive(Default)]
+struct Appended {
+    /// Not yet folded into the slice, in the order they were acknowledged
+    /// (folded in LSN order).
+    unfolded: Vec<(Lsn, Event)>,
+    /// The first LSN of each batch.
+    batches: Vec<Lsn>,
+}
+
+/// The most conversations a runner keeps folded between runs
+/// ([`KeptSlices`]).
+pub const KEPT_SLICES_MAX: usize = 16;
+
+/// Folded conversations a runner keeps between its runs, so a run of a
+/// conversation the runner ran before reads nothing from the store: each
+/// with the first LSN of the last batch folded into it. A kept slice is
+/// used only while the store lists no batch of its conversation after that
+/// one ([`convlog::Store::conversation_batches_since`]); any write by
+/// someone else, a snapshot since, or a batch taken back means a fresh
+/// read. At most [`KEPT_SLICES_MAX`], the least recently run dropped first.
+/// The model view's earlier part is kept with it
+/// ([`view::ModelView::into_earlier`]).
+#[derive(Debug, Default)]
+pub(super) struct KeptSlices {
+    slices: std::collections::VecDeque<Kept>,
+}
+
+/// One kept conversation.
+#[derive(Debug)]
+struct Kept {
+    conversation_id: String,
+    /// The first LSN of the last batch folded into `slice`.
+    last_batch: Lsn,
+    slice: ConversationSlice,
+    /// What the next evaluation shows before its own entries.
+    earlier: Option<Vec<ConversationEntry>>,
+}
+
+impl KeptSlices {
+    fn take(&mut self, conversation_id: &str) -> Option<Kept> {
+        let at = self
+            .slices
+            .iter()
+            .position(|kept| kept.conversation_id == conversation_id)?;
+        self.slices.remove(at)
+    }
+
+    fn keep(&mut self, kept: Kept) {
+        self.slices
+            .retain(|old| old.conversation_id != kept.conversation_id);
+        self.slices.push_back(kept);
+        while self.slices.len() > KEPT_SLICES_MAX {
+            self.slices.pop_front();
+        }
+    }
+}
+
+/// What one pass of the loop did.
+enum Pass {
+    /// The evaluation stops here.
+    Stop(StopReason),
+    /// Entries recorded (their message ids) and the usage a model call
+    /// reported.
+    Recorded(Vec<Uuid>, Option<Usage>),
 }
 
 impl<'r> Evaluation<'r> {
@@ -57,7 +186,10 @@ impl<'r> Evaluation<'r> {
             new_ids: Vec::new(),
             usage: Usage::default(),
             slice: None,
-            unfolded: Mutex::new(Vec::new()),
+            appended: Mutex::new(Appended::default()),
+            folded_since: 0,
+            batches_folded: Vec::new(),
+            view: view::ModelView::default(),
         }
     }
 
@@ -72,34 +204,117 @@ impl<'r> Evaluation<'r> {
         }
     }
 
-    /// Appends one atomic batch on the blocking pool.
+    /// Appends one atomic batch. An append that waits for an fsync runs as
+    /// blocking work ([`blocking`]); one with `Durability::None` only
+    /// copies the batch into the log's buffer and page cache, shorter than
+    /// a hand-off to another thread, so it runs right here.
     pub(super) async fn append(&self, events: Vec<Event>) -> Result<(), RunError> {
         let store = Arc::clone(&self.runner.store);
-        let mut options = AppendOptions::new();
-        if let Some(durability) = self.runner.options.durability {
-            options = options.durability(durability);
-        }
-        let (lsns, events) = blocking(move || {
+        let durability = self
+            .runner
+            .options
+            .durability
+            .unwrap_or_else(|| store.log().durability());
+        let options = AppendOptions::new().durability(durability);
+        let work = move || {
             store
                 .append_with(&events, options)
                 .map(|lsns| (lsns, events))
-        })
-        .await??;
-        self.unfolded
+        };
+        let (lsns, events) = if durability == Durability::None {
+            in_place(work)?
+        } else {
+            blocking(work).await?
+        }?;
+        let mut appended = self
+            .appended
+            .lock()
+            .expect("no panic while holding the lock");
+        appended.batches.push(lsns.start);
+        appended.unfolded.extend(lsns.zip(events));
+        Ok(())
+    }
+
+    /// Starts from the slice the runner kept of this conversation, if the
+    /// store holds nothing it lacks. Call before the first append.
+    pub(super) fn reuse_kept(&mut self) {
+        let kept = self
+            .runner
+            .kept
             .lock()
             .expect("no panic while holding the lock")
-            .extend(lsns.zip(events));
-        Ok(())
+            .take(&self.conversation_id);
+        let Some(kept) = kept else {
+            return;
+        };
+        let store = &self.runner.store;
+        if store.conversation_batches_since(&self.conversation_id, kept.last_batch)
+            == Some(vec![kept.last_batch])
+        {
+            self.slice = Some(kept.slice);
+            self.folded_since = kept.last_batch;
+            self.batches_folded = vec![kept.last_batch];
+            if let Some(earlier) = kept.earlier {
+                self.view = view::ModelView::with_earlier(earlier);
+            }
+        }
+    }
+
+    /// Hands the slice to the runner to keep for the next run, if it still
+    /// equals what the store holds: every batch of the conversation since
+    /// the slice was read is one this evaluation folded in. Call after
+    /// [`Evaluation::outcome`].
+    pub(super) fn keep(mut self) {
+        let appended = std::mem::take(
+            &mut *self
+                .appended
+                .lock()
+                .expect("no panic while holding the lock"),
+        );
+        let Some(slice) = self.slice.take() else {
+            return;
+        };
+        if !appended.unfolded.is_empty() {
+            return;
+        }
+        let mut folded = std::mem::take(&mut self.batches_folded);
+        let mut own: Vec<Lsn> = appended
+            .batches
+            .into_iter()
+            .filter(|lsn| *lsn >= self.folded_since)
+            .collect();
+        own.sort_unstable();
+        folded.extend(own);
+        let Some(&last_batch) = folded.last() else {
+            return;
+        };
+        let store = &self.runner.store;
+        if store.conversation_batches_since(&self.conversation_id, self.folded_since)
+            == Some(folded)
+        {
+            let earlier = std::mem::take(&mut self.view).into_earlier(&slice, &self.evaluation_id);
+            self.runner
+                .kept
+                .lock()
+                .expect("no panic while holding the lock")
+                .keep(Kept {
+                    conversation_id: std::mem::take(&mut self.conversation_id),
+                    last_batch,
+                    slice,
+                    earlier,
+                });
+        }
     }
 
     /// Brings `self.slice` up to date: read from the store the first time,
     /// then with this evaluation's appends folded in.
     async fn refresh(&mut self) -> Result<(), RunError> {
         let mut unfolded = std::mem::take(
-            &mut *self
-                .unfolded
+            &mut self
+                .appended
                 .lock()
-                .expect("no panic while holding the lock"),
+                .expect("no panic while holding the lock")
+                .unfolded,
         );
         match &mut self.slice {
             Some(slice) => {
@@ -112,8 +327,15 @@ impl<'r> Evaluation<'r> {
                 // Everything appended so far is in what the store folds.
                 let store = Arc::clone(&self.runner.store);
                 let conversation = self.conversation_id.clone();
-                let slice = blocking(move || store.conversation(&conversation)).await??;
+                let (since, slice) = blocking(move || {
+                    let since = store.log().visible_next_lsn();
+                    store
+                        .conversation(&conversation)
+                        .map(|slice| (since, slice))
+                })
+                .await??;
                 self.slice = Some(slice);
+                self.folded_since = since;
             }
         }
         Ok(())
@@ -124,53 +346,70 @@ impl<'r> Evaluation<'r> {
     pub(super) async fn drive(&mut self) -> Result<StopReason, RunError> {
         loop {
             self.refresh().await?;
-            let slice = self.slice.as_ref().expect("refreshed");
-            let state = ResumeState::from_slice(slice, &self.evaluation_id);
-            if state.finished {
-                return Ok(StopReason::Final);
-            }
-            if !state.unfinished_calls.is_empty() {
-                let (runnable, unknown): (Vec<&UnfinishedCall>, Vec<&UnfinishedCall>) = state
-                    .unfinished_calls
-                    .iter()
-                    .partition(|unfinished| self.runner.tools.get(&unfinished.call.name).is_some());
-                if runnable.is_empty() {
-                    let calls = unknown.iter().map(|unfinished| unfinished.call.clone());
-                    return Ok(StopReason::PendingCalls(calls.collect()));
+            // The view is taken out for the pass (which borrows `self`
+            // shared) and put back after it.
+            let mut view = std::mem::take(&mut self.view);
+            let pass = self.pass(&mut view).await;
+            self.view = view;
+            match pass? {
+                Pass::Stop(reason) => return Ok(reason),
+                Pass::Recorded(ids, usage) => {
+                    self.new_ids.extend(ids);
+                    if let Some(usage) = usage {
+                        self.usage.input_tokens += usage.input_tokens;
+                        self.usage.output_tokens += usage.output_tokens;
+                    }
                 }
-                let recorded = self.run_calls(&state, &runnable).await?;
-                self.new_ids.extend(recorded);
-                continue;
-            }
-            let max_steps = self.runner.options.max_steps;
-            if state.turn >= max_steps {
-                return Ok(StopReason::StepLimit { max_steps });
-            }
-            let shown = view::model_view(slice, &self.evaluation_id);
-            let shown = self.curate(slice, shown).await?;
-            let (id, usage) = self.step(shown, &state).await?;
-            self.new_ids.push(id);
-            if let Some(usage) = usage {
-                self.usage.input_tokens += usage.input_tokens;
-                self.usage.output_tokens += usage.output_tokens;
             }
         }
     }
 
+    /// One pass: run the unfinished calls the runner has, or call the
+    /// model, or say why the evaluation stops.
+    async fn pass(&self, view: &mut view::ModelView) -> Result<Pass, RunError> {
+        let slice = self.slice.as_ref().expect("refreshed");
+        let state = StepState::new(slice, &self.evaluation_id);
+        if state.finished {
+            return Ok(Pass::Stop(StopReason::Final));
+        }
+        if !state.unfinished.is_empty() {
+            let (runnable, unknown): (Vec<_>, Vec<_>) = state
+                .unfinished
+                .iter()
+                .partition(|(_, call)| self.runner.tools.get(&call.name).is_some());
+            if runnable.is_empty() {
+                let calls = unknown.iter().map(|(_, call)| (*call).clone());
+                return Ok(Pass::Stop(StopReason::PendingCalls(calls.collect())));
+            }
+            let recorded = self.run_calls(&runnable).await?;
+            return Ok(Pass::Recorded(recorded, None));
+        }
+        let max_steps = self.runner.options.max_steps;
+        if state.turn >= max_steps {
+            return Ok(Pass::Stop(StopReason::StepLimit { max_steps }));
+        }
+        let shown = view.update(slice, &self.evaluation_id);
+        let (id, usage) = match self.curate(slice, shown).await? {
+            Some(curated) => self.step(&curated, &state).await?,
+            None => self.step(shown, &state).await?,
+        };
+        Ok(Pass::Recorded(vec![id], usage))
+    }
+
     /// `shown` curated by the history manager, the curation recorded when
-    /// it changed something.
+    /// it changed something; `None` when there is no history manager.
     async fn curate(
         &self,
         slice: &ConversationSlice,
-        shown: Vec<ConversationEntry>,
-    ) -> Result<Vec<ConversationEntry>, RunError> {
+        shown: &[ConversationEntry],
+    ) -> Result<Option<Vec<ConversationEntry>>, RunError> {
         let runner = self.runner;
         Ok(match &runner.options.history_manager {
             Some(manager) => {
                 let context = CurationContext::new()
                     .with_store(&runner.store)
                     .with_conversation(slice);
-                let curated = manager.curate(&shown, &context);
+                let curated = manager.curate(shown, &context);
                 if curated != shown {
                     let event = curated_event_with(
                         &self.conversation_id,
@@ -182,9 +421,9 @@ impl<'r> Evaluation<'r> {
                     );
                     self.append(vec![event]).await?;
                 }
-                curated
+                Some(curated)
             }
-            None => shown,
+            None => None,
         })
     }
 
@@ -192,14 +431,14 @@ impl<'r> Evaluation<'r> {
     /// its message id and the usage reported.
     async fn step(
         &self,
-        shown: Vec<ConversationEntry>,
-        state: &ResumeState,
+        shown: &[ConversationEntry],
+        state: &StepState<'_>,
     ) -> Result<(Uuid, Option<Usage>), RunError> {
         let runner = self.runner;
         let specs = runner.tools.specs();
         let render = runner.options.render();
         let request = ModelRequest {
-            entries: &shown,
+            entries: shown,
             tools: &specs,
             render: &render,
         };
@@ -235,7 +474,7 @@ impl<'r> Evaluation<'r> {
     fn place(
         &self,
         mut entry: ConversationEntry,
-        state: &ResumeState,
+        state: &StepState<'_>,
     ) -> Result<ConversationEntry, RunError> {
         let mut seen: HashSet<&str> = state
             .entries
@@ -260,7 +499,7 @@ impl<'r> Evaluation<'r> {
         }
         entry.evaluation_id = self.evaluation_id.clone();
         entry.sequence = state.next_sequence;
-        entry.turn = state.next_turn;
+        entry.turn = state.next_turn();
         entry.role = Role::Assistant;
         entry.created_at = Timestamp::now();
         for call in &mut entry.tool_calls {
@@ -272,7 +511,7 @@ impl<'r> Evaluation<'r> {
         Ok(entry)
     }
 
-    fn failure_event(&self, state: &ResumeState, error: &crate::ModelError) -> Event {
+    fn failure_event(&self, state: &StepState<'_>, error: &crate::ModelError) -> Event {
         let status = match &error.kind {
             ModelErrorKind::Status { status, .. } => Some(*status),
             _ => None,
@@ -280,7 +519,7 @@ impl<'r> Evaluation<'r> {
         let mut failure = ModelCallFailed::new(
             self.conversation_id.clone(),
             self.evaluation_id.clone(),
-            state.next_turn,
+            state.next_turn(),
             error.to_string(),
         );
         failure.provider = self.runner.client.provider().name().to_string();
@@ -291,22 +530,21 @@ impl<'r> Evaluation<'r> {
         failure.to_event()
     }
 
-    /// Runs `calls` concurrently, recording each start and each result the
-    /// moment it happens.
+    /// Runs `calls` (each with the assistant entry holding it)
+    /// concurrently, recording each start and each result the moment it
+    /// happens.
     async fn run_calls(
         &self,
-        state: &ResumeState,
-        calls: &[&UnfinishedCall],
+        calls: &[(&ConversationEntry, &ToolCall)],
     ) -> Result<Vec<Uuid>, RunError> {
-        let mut running = FuturesUnordered::new();
-        for unfinished in calls {
-            let assistant = state
-                .entries
-                .iter()
-                .find(|entry| entry.message_id == unfinished.assistant_message_id)
-                .expect("an unfinished call's assistant entry is in its evaluation");
-            running.push(self.run_call(state, assistant, &unfinished.call));
+        if let [(assistant, call)] = calls {
+            // One call: nothing to run beside it.
+            return Ok(vec![self.run_call(assistant, call).await?]);
         }
+        let mut running: FuturesUnordered<_> = calls
+            .iter()
+            .map(|(assistant, call)| self.run_call(assistant, call))
+            .collect();
         let mut finished = Vec::new();
         while let Some(result) = running.next().await {
             finished.push(result?);
@@ -318,22 +556,19 @@ impl<'r> Evaluation<'r> {
     /// started before), the tool, then result + status in one batch.
     async fn run_call(
         &self,
-        state: &ResumeState,
         assistant: &ConversationEntry,
         call: &ToolCall,
     ) -> Result<Uuid, RunError> {
         let resumed = call.status == ToolStatus::Running;
-        let running = if resumed {
-            state.rerun_event(&call.call_id, Timestamp::now())
-        } else {
-            Event::tool_status(
-                self.conversation_id.as_str(),
-                self.evaluation_id.as_str(),
-                call.call_id.as_str(),
-                ToolStatus::Running,
-            )
-        };
-        self.append(vec![running]).await?;
+        let mut running = ToolStatusChanged::new(
+            self.conversation_id.as_str(),
+            self.evaluation_id.as_str(),
+            call.call_id.as_str(),
+            ToolStatus::Running,
+            Timestamp::now(),
+        );
+        running.resumed = resumed;
+        self.append(vec![Event::ToolStatus(running)]).await?;
         self.notify(RunEvent::ToolStarted {
             call: call.clone(),
             resumed,

@@ -31,8 +31,11 @@
 //!
 //! **The loop is the resume.** Every step decides from the recorded state
 //! ([`convlog::resume::ResumeState`] of the evaluation; the conversation is
-//! read from the store once per run or resume, then the runner folds its
-//! own appends into it, with the store's fold): unfinished calls
+//! read from the store at most once per run or resume, then the runner
+//! folds its own appends into it, with the store's fold; a runner keeps the
+//! last [`KEPT_SLICES_MAX`] conversations it ran folded between runs, and
+//! uses a kept one only while the store lists no batch of it that the
+//! runner did not fold in itself): unfinished calls
 //! the runner has are run (a call whose `running` status was recorded is
 //! run again with [`ToolContext::resumed`] set and its new `running` event
 //! marked `resumed`; a call still pending was never started), a call with a
@@ -49,8 +52,9 @@
 //! dropped), and a result whose call is not shown is dropped, so a request
 //! never holds a dangling call. The history manager then curates that view.
 //!
-//! **Blocking store work.** Appends (which fsync) and reads never block an
-//! executor: on a multi-thread runtime they run in place under
+//! **Blocking store work.** Appends that wait for an fsync and reads never
+//! block an executor (an append with `Durability::None` runs in the task):
+//! on a multi-thread runtime they run in place under
 //! [`tokio::task::block_in_place`] (the worker's other tasks move to
 //! another worker; no hop to another thread and back), on a current-thread
 //! runtime on the blocking pool ([`tokio::task::spawn_blocking`]), where
@@ -79,7 +83,7 @@ use convlog::{Durability, RenderOptions, Store};
 use crate::client::{ModelClient, ModelError, StreamDelta, Usage};
 use crate::tools::{ToolContext, Toolset};
 
-pub use drive::TOOL_RESULT_BYTES_MAX;
+pub use drive::{KEPT_SLICES_MAX, TOOL_RESULT_BYTES_MAX};
 pub use generator::RunnerGenerator;
 
 /// The custom-event kind recording a failed model call (the core's
@@ -375,6 +379,8 @@ pub struct Runner {
     client: Arc<dyn ModelClient>,
     tools: Toolset,
     options: RunnerOptions,
+    /// Conversations kept folded between runs (shared by clones).
+    kept: Arc<std::sync::Mutex<drive::KeptSlices>>,
 }
 
 impl fmt::Debug for Runner {
@@ -401,6 +407,7 @@ impl Runner {
             client,
             tools,
             options,
+            kept: Arc::default(),
         }
     }
 
@@ -537,6 +544,7 @@ impl Runner {
         let user = ConversationEntry::user(evaluation_id.as_str(), 1, input);
         let mut evaluation =
             drive::Evaluation::new(self, conversation_id, &evaluation_id, observer);
+        evaluation.reuse_kept();
         evaluation.note_new(&[&system, &user]);
         evaluation
             .append(vec![
@@ -545,7 +553,9 @@ impl Runner {
             ])
             .await?;
         let stop = evaluation.drive().await?;
-        evaluation.outcome(stop).await
+        let outcome = evaluation.outcome(stop).await?;
+        evaluation.keep();
+        Ok(outcome)
     }
 
     /// `entry` recorded in `conversation_id` by this runner's session.
@@ -593,6 +603,13 @@ impl Runner {
 /// which costs more than a small append), on the blocking pool on a
 /// current-thread runtime (where `block_in_place` is not allowed). A panic
 /// in it is a [`RunError::Task`] either way.
+/// Runs short store work right here, a panic in it a [`RunError::Task`]
+/// as in [`blocking`].
+fn in_place<T>(work: impl FnOnce() -> T) -> Result<T, RunError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+        .map_err(|panic| RunError::Task(panic_text(panic.as_ref())))
+}
+
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, RunError> {

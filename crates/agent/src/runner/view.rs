@@ -6,35 +6,144 @@ use convlog::conversation::CallResults;
 use convlog::model::{ConversationEntry, Role};
 use convlog::ConversationSlice;
 
-/// This evaluation's system entries, then the non-system entries of the
-/// evaluations that started before it (log order), then this evaluation's
-/// non-system entries; see [`answered_only`].
-pub(super) fn model_view(slice: &ConversationSlice, evaluation_id: &str) -> Vec<ConversationEntry> {
+/// What the model is shown of a conversation during one evaluation, kept
+/// between its steps.
+///
+/// The view is this evaluation's system entries, then the non-system
+/// entries of the evaluations that started before it (log order), then
+/// this evaluation's non-system entries, each part without dangling calls
+/// ([`answered_only`]). A result answers only a call of its own evaluation,
+/// so that filter can run on each evaluation's entries apart, and the part
+/// before this evaluation's own entries does not change while the
+/// evaluation runs (one runner per conversation): it is built once, at the
+/// first model call, and each later step only replaces the evaluation's own
+/// entries at its end. A step costs the evaluation's own entries, not the
+/// conversation's length.
+///
+/// A runner that keeps the conversation between runs keeps the view too
+/// ([`ModelView::into_earlier`]): the next evaluation's view is its system
+/// entries, then what the last one showed after its own system entries,
+/// then the last evaluation's entries since; no run re-reads the history.
+#[derive(Debug, Default)]
+pub(super) struct ModelView {
+    /// The view as last built.
+    entries: Vec<ConversationEntry>,
+    /// How many of `entries` come before this evaluation's own non-system
+    /// entries; `None` before the first build.
+    prefix_len: Option<usize>,
+    /// How many of `entries` are this evaluation's system entries (at the
+    /// front).
+    own_system: usize,
+    /// The part of the view between this evaluation's system entries and
+    /// its own entries, carried over from the previous evaluation; used by
+    /// the first build.
+    earlier: Option<Vec<ConversationEntry>>,
+}
+
+impl ModelView {
+    /// A view whose part before the evaluation's own entries (after its
+    /// system entries) is `earlier`, from [`ModelView::into_earlier`] of
+    /// the evaluation before it, the slice unchanged but for this
+    /// evaluation's own entries.
+    pub(super) fn with_earlier(earlier: Vec<ConversationEntry>) -> ModelView {
+        ModelView {
+            earlier: Some(earlier),
+            ..ModelView::default()
+        }
+    }
+
+    /// What the next evaluation of the conversation would show before its
+    /// own entries (after its system entries), when `slice` is the
+    /// conversation as this evaluation (`evaluation_id`, the latest) left
+    /// it; `None` if this view was never built.
+    pub(super) fn into_earlier(
+        mut self,
+        slice: &ConversationSlice,
+        evaluation_id: &str,
+    ) -> Option<Vec<ConversationEntry>> {
+        let prefix_len = self.prefix_len?;
+        self.entries.truncate(prefix_len);
+        self.entries.drain(..self.own_system);
+        self.entries.extend(own_entries(slice, evaluation_id));
+        Some(self.entries)
+    }
+
+    /// The view of `evaluation_id` as `slice` holds it now.
+    pub(super) fn update(
+        &mut self,
+        slice: &ConversationSlice,
+        evaluation_id: &str,
+    ) -> &[ConversationEntry] {
+        let prefix_len = match self.prefix_len {
+            Some(len) => len,
+            None => {
+                self.entries = system_entries(slice, evaluation_id);
+                self.own_system = self.entries.len();
+                match self.earlier.take() {
+                    Some(earlier) => self.entries.extend(earlier),
+                    None => self.entries.extend(earlier_entries(slice, evaluation_id)),
+                }
+                *self.prefix_len.insert(self.entries.len())
+            }
+        };
+        self.entries.truncate(prefix_len);
+        self.entries.extend(own_entries(slice, evaluation_id));
+        &self.entries
+    }
+}
+
+/// The evaluation's system entries.
+fn system_entries(slice: &ConversationSlice, evaluation_id: &str) -> Vec<ConversationEntry> {
+    slice
+        .evaluation(evaluation_id)
+        .into_iter()
+        .filter(|entry| entry.role == Role::System)
+        .cloned()
+        .collect()
+}
+
+/// The evaluation's non-system entries, without dangling calls.
+fn own_entries(slice: &ConversationSlice, evaluation_id: &str) -> Vec<ConversationEntry> {
+    answered_only(
+        slice
+            .evaluation(evaluation_id)
+            .into_iter()
+            .filter(|entry| entry.role != Role::System)
+            .cloned()
+            .collect(),
+    )
+}
+
+/// The non-system entries of the evaluations that started before this one
+/// (log order), without dangling calls.
+fn earlier_entries(slice: &ConversationSlice, evaluation_id: &str) -> Vec<ConversationEntry> {
     let earlier: HashSet<&str> = slice
         .evaluations()
         .iter()
         .map(String::as_str)
         .take_while(|evaluation| *evaluation != evaluation_id)
         .collect();
-    let own = || {
-        slice
-            .entries()
-            .filter(move |entry| entry.evaluation_id == evaluation_id)
-    };
-    let mut view: Vec<ConversationEntry> = own()
-        .filter(|entry| entry.role == Role::System)
-        .cloned()
-        .collect();
-    view.extend(
+    answered_only(
         slice
             .entries()
             .filter(|entry| {
                 entry.role != Role::System && earlier.contains(entry.evaluation_id.as_str())
             })
-            .cloned(),
-    );
-    view.extend(own().filter(|entry| entry.role != Role::System).cloned());
-    answered_only(view)
+            .cloned()
+            .collect(),
+    )
+}
+
+/// This evaluation's system entries, then the non-system entries of the
+/// evaluations that started before it (log order), then this evaluation's
+/// non-system entries; see [`answered_only`]. The whole view built at once
+/// (what [`ModelView::update`] keeps up to date step by step).
+#[cfg(test)]
+pub(super) fn model_view(slice: &ConversationSlice, evaluation_id: &str) -> Vec<ConversationEntry> {
+    let mut view = system_entries(slice, evaluation_id);
+    view.extend(earlier_entries(slice, evaluation_id));
+    view.extend(own_entries(slice, evaluation_id));
+    view
 }
 
 /// `entries` without a dangling call: a call no result entry answers is
@@ -81,4 +190,164 @@ pub(super) fn answered_only(entries: Vec<ConversationEntry>) -> Vec<Conversation
             _ => Some(entry),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use convlog::model::{ConversationEntry, Event, ToolCall};
+    use convlog::resume::ResumeState;
+    use convlog::ConversationSlice;
+
+    use super::{model_view, ModelView};
+    use crate::runner::drive::StepState;
+
+    const CONVERSATION: &str = "c";
+
+    /// Events of two earlier evaluations (one with a call never answered,
+    /// one answered twice and one orphan result), then the steps of the
+    /// evaluation being run, one at a time.
+    fn earlier() -> Vec<Event> {
+        let calls = [
+            ToolCall::new("a1", "lookup", "{}"),
+            ToolCall::new("a2", "lookup", "{}"),
+        ];
+        vec![
+            ConversationEntry::system("ev-a", 0, "sys a").recorded_in(CONVERSATION),
+            ConversationEntry::user("ev-a", 1, "question a").recorded_in(CONVERSATION),
+            ConversationEntry::assistant_calling("ev-a", 2, calls)
+                .with_turn(1)
+                .recorded_in(CONVERSATION),
+            ConversationEntry::tool_result("ev-a", 3, "a1", "lookup", "one")
+                .with_turn(1)
+                .recorded_in(CONVERSATION),
+            ConversationEntry::tool_result("ev-a", 4, "a1", "lookup", "one again")
+                .with_turn(1)
+                .recorded_in(CONVERSATION),
+            ConversationEntry::tool_result("ev-a", 5, "zz", "lookup", "orphan")
+                .with_turn(1)
+                .recorded_in(CONVERSATION),
+            ConversationEntry::system("ev-b", 0, "sys b").recorded_in(CONVERSATION),
+            ConversationEntry::user("ev-b", 1, "question b").recorded_in(CONVERSATION),
+            ConversationEntry::assistant("ev-b", 2, "answer b")
+                .with_turn(1)
+                .recorded_in(CONVERSATION),
+        ]
+    }
+
+    fn own_steps() -> Vec<Event> {
+        let calls = [
+            ToolCall::new("c1", "lookup", "{}"),
+            ToolCall::new("c2", "lookup", "{}"),
+        ];
+        vec![
+            ConversationEntry::system("ev-c", 0, "sys c").recorded_in(CONVERSATION),
+            ConversationEntry::user("ev-c", 1, "question c").recorded_in(CONVERSATION),
+            ConversationEntry::assistant_calling("ev-c", 2, calls)
+                .with_turn(1)
+                .recorded_in(CONVERSATION),
+            Event::tool_status(CONVERSATION, "ev-c", "c1", convlog::ToolStatus::Running),
+            ConversationEntry::tool_result("ev-c", 3, "c1", "lookup", "c one")
+                .with_turn(1)
+                .recorded_in(CONVERSATION),
+            ConversationEntry::tool_error("ev-c", 4, "c2", "lookup", "c two failed")
+                .with_turn(1)
+                .recorded_in(CONVERSATION),
+            ConversationEntry::assistant("ev-c", 5, "answer c")
+                .with_turn(2)
+                .recorded_in(CONVERSATION),
+        ]
+    }
+
+    /// The view kept step by step equals the view built whole at every
+    /// step, and the borrowed step state says what `ResumeState` says.
+    #[test]
+    fn the_kept_view_and_step_state_match_a_fresh_build_at_every_step() {
+        let mut slice = ConversationSlice::new(CONVERSATION);
+        let mut lsn = 0;
+        for event in earlier() {
+            lsn += 1;
+            slice.apply(&event, lsn);
+        }
+        let mut kept = ModelView::default();
+        let mut checked = 0;
+        for event in own_steps() {
+            lsn += 1;
+            slice.apply(&event, lsn);
+            let whole = model_view(&slice, "ev-c");
+            assert_eq!(
+                kept.update(&slice, "ev-c"),
+                whole.as_slice(),
+                "at LSN {lsn}"
+            );
+            // The earlier evaluations' dangling call, duplicate and orphan
+            // are left out; the view never ends with an unanswered call.
+            assert!(whole
+                .iter()
+                .all(|entry| entry.content.as_deref() != Some("orphan")
+                    && entry.content.as_deref() != Some("one again")));
+
+            let resume = ResumeState::from_slice(&slice, "ev-c");
+            let step = StepState::new(&slice, "ev-c");
+            let unfinished: Vec<(&str, uuid::Uuid)> = step
+                .unfinished
+                .iter()
+                .map(|(assistant, call)| (call.call_id.as_str(), assistant.message_id))
+                .collect();
+            let expected: Vec<(&str, uuid::Uuid)> = resume
+                .unfinished_calls
+                .iter()
+                .map(|call| (call.call.call_id.as_str(), call.assistant_message_id))
+                .collect();
+            assert_eq!(unfinished, expected, "at LSN {lsn}");
+            assert_eq!(step.finished, resume.finished, "at LSN {lsn}");
+            assert_eq!(step.turn, resume.turn, "at LSN {lsn}");
+            assert_eq!(step.next_turn(), resume.next_turn, "at LSN {lsn}");
+            assert_eq!(step.next_sequence, resume.next_sequence, "at LSN {lsn}");
+            let entries: Vec<&ConversationEntry> = resume.entries.iter().collect();
+            assert_eq!(step.entries, entries, "at LSN {lsn}");
+            checked += 1;
+        }
+        assert_eq!(checked, own_steps().len());
+        let last = kept.update(&slice, "ev-c").to_vec();
+        let contents: Vec<Option<&str>> = last.iter().map(|e| e.content.as_deref()).collect();
+        assert_eq!(
+            contents,
+            [
+                Some("sys c"),
+                Some("question a"),
+                None,
+                Some("one"),
+                Some("question b"),
+                Some("answer b"),
+                Some("question c"),
+                None,
+                Some("c one"),
+                Some("c two failed"),
+                Some("answer c"),
+            ]
+        );
+        // ev-a's assistant entry keeps only its answered call.
+        assert_eq!(last[2].tool_calls.len(), 1);
+        assert_eq!(last[2].tool_calls[0].call_id, "a1");
+
+        // The next evaluation starts from what this one showed.
+        let earlier = kept.into_earlier(&slice, "ev-c").expect("built");
+        let mut next = ModelView::with_earlier(earlier);
+        for event in [
+            ConversationEntry::system("ev-d", 0, "sys d").recorded_in(CONVERSATION),
+            ConversationEntry::user("ev-d", 1, "question d").recorded_in(CONVERSATION),
+        ] {
+            lsn += 1;
+            slice.apply(&event, lsn);
+        }
+        let whole = model_view(&slice, "ev-d");
+        assert_eq!(next.update(&slice, "ev-d"), whole.as_slice());
+        assert_eq!(
+            whole.len(),
+            last.len() + 1,
+            "ev-c's system entry out, ev-d's two in"
+        );
+        // A view never built carries nothing over.
+        assert!(ModelView::default().into_earlier(&slice, "ev-d").is_none());
+    }
 }

@@ -21,7 +21,8 @@
 //! Recorders:
 //! - `convlog none` / `convlog group`: the runner over a `Store`, appends
 //!   with `Durability::None` or the store's default (group commit, one
-//!   fsync per append since nothing else writes);
+//!   fsync per append since nothing else writes); the two write to stores
+//!   of their own;
 //! - `naive none` / `naive fdatasync`: a hand-written loop with the same
 //!   client, the same rendering and the same tool, recording each message
 //!   as one JSON line appended to a file (then `fdatasync` in the durable
@@ -555,14 +556,30 @@ fn main() -> BenchResult<()> {
         scratch.path().display()
     );
 
+    // The `none` recorders and the durable ones write to stores of their
+    // own: a host picks one durability for a store, and writes into a file
+    // whose pages another writer's fsync is flushing can wait for that
+    // flush, which is not what `none` costs.
     let store = Arc::new(Store::open(
         scratch.path().join("store"),
+        StoreOptions::default(),
+    )?);
+    let durable_store = Arc::new(Store::open(
+        scratch.path().join("durable-store"),
         StoreOptions::default(),
     )?);
     let base_url = spawn_server()?;
     let tools = Toolset::new().with(lookup_tool());
     let seeder = Runner::new(
         Arc::clone(&store),
+        Arc::new(LocalModel {
+            times: ClientTimes::default(),
+        }),
+        tools.clone(),
+        runner_options(Some(Durability::None)),
+    );
+    let durable_seeder = Runner::new(
+        Arc::clone(&durable_store),
         Arc::new(LocalModel {
             times: ClientTimes::default(),
         }),
@@ -590,7 +607,11 @@ fn main() -> BenchResult<()> {
                 (Arc::new(HttpClient::new(config)), None)
             };
             let runner = Runner::new(
-                Arc::clone(&store),
+                Arc::clone(if recorder == Recorder::ConvlogGroup {
+                    &durable_store
+                } else {
+                    &store
+                }),
                 Arc::clone(&client),
                 tools.clone(),
                 runner_options(recorder.durability()),
@@ -625,9 +646,14 @@ fn main() -> BenchResult<()> {
         for variant in &mut variants {
             let mut ids = Vec::new();
             if variant.is_convlog() {
+                let seeder = if variant.recorder == Recorder::ConvlogGroup {
+                    &durable_seeder
+                } else {
+                    &seeder
+                };
                 for run in 0..rounds * runs {
                     let id = format!("{}-{index}-{run}", variant.name().replace(' ', "-"));
-                    runtime.block_on(seed(&seeder, &id, case.length))?;
+                    runtime.block_on(seed(seeder, &id, case.length))?;
                     ids.push(id);
                     conversations += 1;
                 }
@@ -647,6 +673,7 @@ fn main() -> BenchResult<()> {
         }
     }
     store.sync()?;
+    durable_store.sync()?;
     println!(
         "seeded {conversations} conversations in {:.1} s",
         seeding.elapsed().as_secs_f64()
@@ -658,6 +685,9 @@ fn main() -> BenchResult<()> {
         for (index, case) in cases.iter().enumerate() {
             TOOL_ROUNDS.store(case.rounds, Ordering::Relaxed);
             for variant in &mut variants {
+                // The slices the runner kept of another case's conversations
+                // would be dropped inside this case's timing.
+                variant.runner.forget_kept();
                 let micros = runtime.block_on(measure(variant, index, *case, runs, &tools))?;
                 variant.results[index].push(micros);
             }

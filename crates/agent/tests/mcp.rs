@@ -107,6 +107,50 @@ async fn lists_the_servers_tools_with_their_schemas() {
 }
 
 #[tokio::test]
+async fn a_tool_name_no_provider_accepts_is_offered_portable_and_called_by_its_own() {
+    let Some(server) = server("a_tool_name_no_provider_accepts_is_offered_portable").await else {
+        return;
+    };
+    let toolset = Toolset::new().with_mcp(&server);
+    let names: Vec<String> = toolset.specs().into_iter().map(|spec| spec.name).collect();
+    assert!(names.contains(&"files_read".to_string()), "{names:?}");
+    assert!(
+        names
+            .iter()
+            .all(|name| convlog_agent::tools::is_portable_tool_name(name)),
+        "{names:?}"
+    );
+    assert_eq!(
+        call(&toolset, "files_read", r#"{"path": "a.txt"}"#).await,
+        Ok("read a.txt".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn the_calls_context_reaches_the_server_in_its_meta() {
+    let Some(server) = server("the_calls_context_reaches_the_server_in_its_meta").await else {
+        return;
+    };
+    let toolset = Toolset::new().with_mcp(&server);
+    let context = ToolContext {
+        conversation_id: "trip".into(),
+        evaluation_id: "eval-7".into(),
+        call_id: "call_42".into(),
+        resumed: true,
+    };
+    let meta = toolset.call("call_meta", "{}", &context).await.unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&meta).unwrap(),
+        json!({
+            "convlog/call_id": "call_42",
+            "convlog/conversation_id": "trip",
+            "convlog/evaluation_id": "eval-7",
+            "convlog/resumed": true
+        })
+    );
+}
+
+#[tokio::test]
 async fn calls_tools_and_renders_their_content() {
     let Some(server) = server("calls_tools_and_renders_their_content").await else {
         return;

@@ -114,8 +114,8 @@ struct Appended {
     batches: Vec<Lsn>,
 }
 
-/// The most conversations a runner keeps folded between runs
-/// ([`KeptSlices`]).
+/// How many conversations a runner keeps folded between runs by default
+/// ([`KeptSlices`], `RunnerOptions::kept_conversations`).
 pub const KEPT_SLICES_MAX: usize = 16;
 
 /// Folded conversations a runner keeps between its runs, so a run of a
@@ -124,7 +124,8 @@ pub const KEPT_SLICES_MAX: usize = 16;
 /// used only while the store lists no batch of its conversation after that
 /// one ([`convlog::Store::conversation_batches_since`]); any write by
 /// someone else, a snapshot since, or a batch taken back means a fresh
-/// read. At most [`KEPT_SLICES_MAX`], the least recently run dropped first.
+/// read. At most `RunnerOptions::kept_conversations`, the least recently
+/// run dropped first.
 /// The model view's earlier part is kept with it
 /// ([`view::ModelView::into_earlier`]).
 #[derive(Debug, Default)]
@@ -152,11 +153,11 @@ impl KeptSlices {
         self.slices.remove(at)
     }
 
-    fn keep(&mut self, kept: Kept) {
+    fn keep(&mut self, kept: Kept, max: usize) {
         self.slices
             .retain(|old| old.conversation_id != kept.conversation_id);
         self.slices.push_back(kept);
-        while self.slices.len() > KEPT_SLICES_MAX {
+        while self.slices.len() > max {
             self.slices.pop_front();
         }
     }
@@ -265,6 +266,9 @@ impl<'r> Evaluation<'r> {
     /// the slice was read is one this evaluation folded in. Call after
     /// [`Evaluation::outcome`].
     pub(super) fn keep(mut self) {
+        if self.runner.options.kept_conversations == 0 {
+            return;
+        }
         let appended = std::mem::take(
             &mut *self
                 .appended
@@ -297,12 +301,15 @@ impl<'r> Evaluation<'r> {
                 .kept
                 .lock()
                 .expect("no panic while holding the lock")
-                .keep(Kept {
-                    conversation_id: std::mem::take(&mut self.conversation_id),
-                    last_batch,
-                    slice,
-                    earlier,
-                });
+                .keep(
+                    Kept {
+                        conversation_id: std::mem::take(&mut self.conversation_id),
+                        last_batch,
+                        slice,
+                        earlier,
+                    },
+                    self.runner.options.kept_conversations,
+                );
         }
     }
 

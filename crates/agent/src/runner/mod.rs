@@ -133,6 +133,10 @@ pub struct RunnerOptions {
     pub session_id: Option<String>,
     /// Durability of the runner's appends (`None`: the store's default).
     pub durability: Option<Durability>,
+    /// How many conversations the runner keeps folded between runs
+    /// (default [`KEPT_SLICES_MAX`]; 0 keeps none, and every run reads its
+    /// conversation from the store).
+    pub kept_conversations: usize,
 }
 
 impl Default for RunnerOptions {
@@ -147,6 +151,7 @@ impl Default for RunnerOptions {
             max_steps: DEFAULT_MAX_STEPS,
             session_id: None,
             durability: None,
+            kept_conversations: KEPT_SLICES_MAX,
         }
     }
 }
@@ -170,6 +175,7 @@ impl fmt::Debug for RunnerOptions {
             .field("max_steps", &self.max_steps)
             .field("session_id", &self.session_id)
             .field("durability", &self.durability)
+            .field("kept_conversations", &self.kept_conversations)
             .finish()
     }
 }
@@ -235,6 +241,13 @@ impl RunnerOptions {
     /// Sets the durability of the runner's appends.
     pub fn durability(mut self, durability: Option<Durability>) -> RunnerOptions {
         self.durability = durability;
+        self
+    }
+
+    /// Sets how many conversations the runner keeps folded between runs
+    /// (0: none).
+    pub fn kept_conversations(mut self, kept_conversations: usize) -> RunnerOptions {
+        self.kept_conversations = kept_conversations;
         self
     }
 
@@ -424,6 +437,12 @@ impl Runner {
     /// The tools.
     pub fn tools(&self) -> &Toolset {
         &self.tools
+    }
+
+    /// Drops the conversations the runner keeps folded between runs (their
+    /// memory; the next run of each reads it from the store).
+    pub fn forget_kept(&self) {
+        *self.kept.lock().expect("no panic while holding the lock") = Default::default();
     }
 
     /// A new evaluation of `conversation_id` (created if new) with the user

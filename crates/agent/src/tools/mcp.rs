@@ -52,7 +52,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ResourceContents};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, RequestMetaObject, ResourceContents,
+};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::ServiceExt;
 use serde_json::{Map, Value};
@@ -379,12 +381,15 @@ impl McpServer {
         Ok(specs)
     }
 
-    /// Its tools as last listed, each a [`Tool`] under its own name.
+    /// Its tools as last listed, each a [`Tool`] under its own name, made
+    /// one every provider accepts ([`super::portable_tool_name`]; the
+    /// server is still called with its own).
     pub fn tools(&self) -> Vec<McpTool> {
         self.tools_prefixed("")
     }
 
-    /// Its tools as last listed, each named `prefix` + its name.
+    /// Its tools as last listed, each named `prefix` + its name (made
+    /// portable, as for [`McpServer::tools`]).
     pub fn tools_prefixed(&self, prefix: &str) -> Vec<McpTool> {
         let tools = self
             .tools
@@ -509,7 +514,7 @@ fn start_process<S: AsRef<OsStr>>(
 impl RemoteTool {
     fn spec(&self, prefix: &str) -> ToolSpec {
         ToolSpec {
-            name: format!("{prefix}{}", self.name),
+            name: super::portable_tool_name(&format!("{prefix}{}", self.name)),
             description: self.description.clone(),
             parameters: self.parameters.clone(),
         }
@@ -569,8 +574,14 @@ impl Shared {
         ))
     }
 
-    async fn call(&self, tool: &str, arguments: Map<String, Value>) -> Result<String, ToolError> {
-        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+    async fn call(
+        &self,
+        tool: &str,
+        arguments: Map<String, Value>,
+        context: &ToolContext,
+    ) -> Result<String, ToolError> {
+        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        params.meta = Some(call_meta(context));
         let called = tokio::select! {
             biased;
             called = self.service.call_tool(params) => called,
@@ -592,6 +603,30 @@ impl Shared {
         }
     }
 }
+
+/// Where the call happens, sent in the request's `_meta` under
+/// [`META_PREFIX`] keys: `conversation_id`, `evaluation_id`, `call_id` (the
+/// same across a resume: an idempotency key for a server with side
+/// effects) and `resumed`.
+fn call_meta(context: &ToolContext) -> RequestMetaObject {
+    let mut meta = Map::new();
+    for (key, value) in [
+        (
+            "conversation_id",
+            Value::from(context.conversation_id.as_str()),
+        ),
+        ("evaluation_id", Value::from(context.evaluation_id.as_str())),
+        ("call_id", Value::from(context.call_id.as_str())),
+        ("resumed", Value::from(context.resumed)),
+    ] {
+        meta.insert(format!("{META_PREFIX}{key}"), value);
+    }
+    RequestMetaObject::from(meta)
+}
+
+/// The prefix of the `_meta` keys a `tools/call` request carries
+/// ([`ToolContext`]'s fields): `convlog/call_id` and so on.
+pub const META_PREFIX: &str = "convlog/";
 
 /// The text of a `tools/call` result, or its error.
 fn render_result(tool: &str, result: CallToolResult) -> Result<String, ToolError> {
@@ -688,11 +723,13 @@ impl Tool for McpTool {
     fn call<'a>(
         &'a self,
         arguments: &'a str,
-        _context: &'a ToolContext,
+        context: &'a ToolContext,
     ) -> BoxFuture<'a, Result<String, ToolError>> {
         Box::pin(async move {
             let arguments = parse_arguments(&self.spec.name, arguments)?;
-            self.shared.call(&self.remote_name, arguments).await
+            self.shared
+                .call(&self.remote_name, arguments, context)
+                .await
         })
     }
 }

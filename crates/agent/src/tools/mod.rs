@@ -32,6 +32,64 @@ pub mod mcp;
 pub use function::FunctionTool;
 pub use mcp::{McpError, McpServer, McpServerOptions, McpTool};
 
+/// The longest tool name every provider accepts (OpenAI, Anthropic and
+/// Gemini all stop at 64).
+pub const TOOL_NAME_BYTES_MAX: usize = 64;
+
+/// Whether every provider accepts `name` as a tool name: 1 to
+/// [`TOOL_NAME_BYTES_MAX`] ASCII letters, digits, `_` and `-`, the first a
+/// letter or `_` (Gemini's rule; OpenAI and Anthropic allow a subset of
+/// what is left).
+pub fn is_portable_tool_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    let first_fits = bytes
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == b'_');
+    first_fits
+        && name.len() <= TOOL_NAME_BYTES_MAX
+        && bytes.all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
+}
+
+/// `name` made a tool name every provider accepts
+/// ([`is_portable_tool_name`]); a portable name is returned as it is.
+/// Other characters become `_`, a name not starting with a letter or `_`
+/// gets a `_` in front, and a name that is still too long is cut and ends
+/// with `_` and 8 hex digits of a hash of the whole original name, so two
+/// long names that share their start stay apart. MCP servers name tools
+/// freely (`files.read`, `github/create_issue`); their tools are offered
+/// to the model under this name and called on the server by their own.
+pub fn portable_tool_name(name: &str) -> String {
+    if is_portable_tool_name(name) {
+        return name.to_string();
+    }
+    let mut portable: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if !portable
+        .bytes()
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == b'_')
+    {
+        portable.insert(0, '_');
+    }
+    if portable.len() > TOOL_NAME_BYTES_MAX {
+        // FNV-1a: stable across runs and builds, unlike the std hasher.
+        let hash = name.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+            (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+        });
+        portable.truncate(TOOL_NAME_BYTES_MAX - 9);
+        portable.push_str(&format!("_{hash:08x}"));
+    }
+    portable
+}
+
 /// What the model is told about a tool.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolSpec {
@@ -325,5 +383,43 @@ struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::{is_portable_tool_name, portable_tool_name, TOOL_NAME_BYTES_MAX};
+
+    #[test]
+    fn portable_names_stay_and_others_become_portable() {
+        for name in ["lookup", "get_weather", "_x", "a-b_c9"] {
+            assert!(is_portable_tool_name(name), "{name}");
+            assert_eq!(portable_tool_name(name), name);
+        }
+        for (name, portable) in [
+            ("files.read/v2", "files_read_v2"),
+            ("github:create issue", "github_create_issue"),
+            ("9lives", "_9lives"),
+            ("-dash", "_-dash"),
+            ("", "_"),
+            ("météo", "m_t_o"),
+        ] {
+            assert!(!is_portable_tool_name(name), "{name}");
+            assert_eq!(portable_tool_name(name), portable, "{name}");
+            assert!(is_portable_tool_name(&portable_tool_name(name)));
+        }
+    }
+
+    #[test]
+    fn long_names_are_cut_and_kept_apart_by_a_hash() {
+        let one = format!("{}.one", "x".repeat(70));
+        let two = format!("{}.two", "x".repeat(70));
+        let (portable_one, portable_two) = (portable_tool_name(&one), portable_tool_name(&two));
+        assert_eq!(portable_one.len(), TOOL_NAME_BYTES_MAX);
+        assert!(is_portable_tool_name(&portable_one));
+        assert_ne!(portable_one, portable_two);
+        // Stable: the same name always maps to the same tool name.
+        assert_eq!(portable_tool_name(&one), portable_one);
+        assert!(!is_portable_tool_name(&"y".repeat(TOOL_NAME_BYTES_MAX + 1)));
     }
 }

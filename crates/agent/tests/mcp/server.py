@@ -6,15 +6,18 @@ Python SDK (`pip install 'mcp==2.3.0'`): `MCPServer` in 2.x, `FastMCP` in
 """
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 
 try:
+    from mcp.server.mcpserver import Context
     from mcp.server.mcpserver import MCPServer as Server
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.server.mcpserver.utilities.types import Image
 except ImportError:  # the 1.x SDK
+    from mcp.server.fastmcp import Context
     from mcp.server.fastmcp import FastMCP as Server
     from mcp.server.fastmcp.exceptions import ToolError
     from mcp.server.fastmcp.utilities.types import Image
@@ -35,6 +38,28 @@ def add(a: int, b: int) -> int:
 def echo(text: str) -> str:
     """Returns its text unchanged."""
     return text
+
+
+@server.tool()
+def call_meta(ctx: Context) -> str:
+    """Returns the `convlog/` keys of the request's `_meta`, as JSON."""
+    meta = ctx.request_context.meta
+    if meta is None:
+        items = {}
+    elif isinstance(meta, dict):
+        items = meta
+    else:
+        items = meta.model_dump()
+    return json.dumps(
+        {key: value for key, value in items.items() if key.startswith("convlog/")},
+        sort_keys=True,
+    )
+
+
+@server.tool(name="files.read")
+def files_read(path: str) -> str:
+    """Has a name MCP allows and OpenAI and Anthropic refuse (a dot)."""
+    return f"read {path}"
 
 
 @server.tool()

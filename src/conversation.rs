@@ -286,6 +286,33 @@ impl ConversationSlice {
     /// Folds one event (recorded at `lsn`) into the slice. Events of other
     /// conversations and custom events are ignored.
     pub fn apply(&mut self, event: &Event, lsn: Lsn) {
+        match event {
+            // The entry is the one part worth not copying twice.
+            Event::ConversationRecorded(recorded)
+                if recorded.conversation_id == self.conversation_id =>
+            {
+                self.record(recorded.entry.clone(), lsn);
+                self.last_lsn = lsn;
+            }
+            _ => self.apply_other(event, lsn),
+        }
+    }
+
+    /// [`ConversationSlice::apply`], taking the event: a recorded entry is
+    /// moved into the slice instead of copied.
+    pub fn apply_owned(&mut self, event: Event, lsn: Lsn) {
+        match event {
+            Event::ConversationRecorded(recorded)
+                if recorded.conversation_id == self.conversation_id =>
+            {
+                self.record(recorded.entry, lsn);
+                self.last_lsn = lsn;
+            }
+            other => self.apply_other(&other, lsn),
+        }
+    }
+
+    fn apply_other(&mut self, event: &Event, lsn: Lsn) {
         if event.conversation_id() != Some(self.conversation_id.as_str()) {
             return;
         }
@@ -379,16 +406,23 @@ impl ConversationSlice {
         let answers = (entry.role == Role::Tool)
             .then(|| entry.tool_call_id.clone())
             .flatten();
-        let calls: Vec<String> = entry
-            .tool_calls
-            .iter()
-            .map(|call| call.call_id.clone())
-            .collect();
-        let result_status = (entry.is_error, entry.created_at, entry.content.clone());
+        // Only a new call can pick up statuses that arrived before it.
+        let calls: Vec<String> = if self.waiting.is_empty() {
+            Vec::new()
+        } else {
+            entry
+                .tool_calls
+                .iter()
+                .map(|call| call.call_id.clone())
+                .collect()
+        };
+        let result_status = answers
+            .is_some()
+            .then(|| (entry.is_error, entry.created_at, entry.content.clone()));
         self.entries.insert(key, RecordedEntry { lsn, entry });
 
         // A result completes (or fails) the call it answers.
-        if let Some(call_id) = answers {
+        if let (Some(call_id), Some(result_status)) = (answers, result_status) {
             let (is_error, at, content) = result_status;
             let change = ToolStatusChanged {
                 conversation_id: self.conversation_id.clone(),
@@ -1067,6 +1101,38 @@ mod tests {
     /// The snapshot form is the list form the slice always had: the
     /// entries in order, evaluations, unknown statuses, anomalies,
     /// curations and last LSN, in that order, and nothing else.
+    /// Folding by value gives the slice folding by reference gives, for
+    /// every kind of event, other conversations' and results before calls
+    /// included.
+    #[test]
+    fn apply_owned_folds_as_apply_does() {
+        let mut events = results_before_calls(3);
+        events.extend(descending_sequences(3));
+        events.push(status("late", ToolStatus::Running));
+        events.push(assistant_with_calls("e1", 40, &["late"]).recorded_in("c"));
+        events.push(entry("e9", 0, Role::User).recorded_in("other"));
+        events.push(result("e1", 41, "late", true).recorded_in("c"));
+        events.push(entry("e1", 42, Role::Assistant).recorded_in("c"));
+        let replaced = Event::MessagesReplaced(crate::model::MessagesReplaced {
+            conversation_id: "c".into(),
+            entries: vec![entry("e5", 0, Role::System), entry("e5", 1, Role::User)],
+            at: crate::model::Timestamp::now(),
+        });
+        let (mut by_reference, mut by_value) =
+            (ConversationSlice::new("c"), ConversationSlice::new("c"));
+        let all: Vec<&Event> = events.iter().chain([&replaced]).collect();
+        for (event, lsn) in all.iter().cycle().take(40).zip(1..) {
+            by_reference.apply(event, lsn);
+            by_value.apply_owned((**event).clone(), lsn);
+            assert_eq!(
+                serde_json::to_string(&by_reference).unwrap(),
+                serde_json::to_string(&by_value).unwrap(),
+                "after LSN {lsn}"
+            );
+        }
+        assert!(!by_value.is_empty());
+    }
+
     #[test]
     fn the_encoded_slice_keeps_the_list_form() {
         #[derive(Serialize, Deserialize)]

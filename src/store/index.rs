@@ -258,7 +258,7 @@ impl StoreCore {
                     continue;
                 }
                 let event = record.event()?;
-                slice.apply(&event, record.lsn);
+                slice.apply_owned(event, record.lsn);
             }
         }
         Ok(Some(slice))
@@ -282,7 +282,7 @@ impl StoreCore {
             let event = record.event()?;
             if event.conversation_id() == Some(conversation_id) {
                 found = true;
-                slice.apply(&event, record.lsn);
+                slice.apply_owned(event, record.lsn);
             }
         }
         Ok(found.then_some(slice))

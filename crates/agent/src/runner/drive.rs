@@ -326,8 +326,8 @@ impl<'r> Evaluation<'r> {
         match &mut self.slice {
             Some(slice) => {
                 unfolded.sort_by_key(|(lsn, _)| *lsn);
-                for (lsn, event) in &unfolded {
-                    slice.apply(event, *lsn);
+                for (lsn, event) in unfolded {
+                    slice.apply_owned(event, lsn);
                 }
             }
             None => {

@@ -1,0 +1,802 @@
+"""convlog as the OpenAI Agents SDK's session store: :class:`ConvlogSession`.
+
+``ConvlogSession`` implements the SDK's ``Session`` protocol (``openai-agents``
+0.24): ``session_id``, ``session_settings``, ``get_items``, ``add_items``,
+``pop_item`` and ``clear_session``. It is a drop-in for ``SQLiteSession``::
+
+    from agents import Agent, Runner
+    from convlog.integrations.openai_agents import ConvlogSession
+
+    session = ConvlogSession("user-42", "./agent-store")   # or a convlog.Store
+    result = await Runner.run(agent, "Hello", session=session)
+
+How items are stored (docs/python.md, "The OpenAI Agents SDK session"):
+
+- The session is the convlog conversation whose id is the session id. Each
+  ``add_items`` call is one atomic batch of ``conversation_recorded`` events,
+  one entry per item, in order.
+- Every item is kept verbatim, as its JSON text in the entry's metadata under
+  :data:`ITEM_KEY`; ``get_items`` returns exactly that (JSON-equal to what was
+  added, for every item type, known or not).
+- Each entry is also the item's neutral form, so ``convlog inspect``, resume
+  and the provider renders read SDK sessions: user/system/developer/assistant
+  messages become user/system/assistant entries with their text,
+  ``function_call`` an assistant entry holding the tool call,
+  ``function_call_output`` the ``tool`` entry answering it, ``reasoning`` an
+  assistant entry with the reasoning summary. Items with no neutral form
+  (computer, shell, MCP, hosted tool calls, unknown types) become text-less
+  assistant entries, which renders leave out; their type is in
+  :data:`TYPE_KEY`. A run (an ``add_items`` batch that starts with a user
+  message) starts a new evaluation.
+- ``pop_item`` and ``clear_session`` append a ``custom`` event saying what was
+  removed (:data:`POP_KIND`, :data:`CLEAR_KIND`) and a ``messages_replaced``
+  event holding what is left, in one atomic batch: the log keeps the removed
+  items for audit; later reads no longer return them.
+
+Crash policy (**drop**, as ``convlog export --pending drop``): ``get_items``
+never returns a tool call without its output, nor an output without its call
+(``function_call``/``function_call_output`` and the other call/output pairs
+of :data:`CALL_OUTPUT_TYPES`), and leaves out a reasoning item tied to a call
+it leaves out. Such a call stays stored and reappears once its output is
+added (an approval resumed later). ``pop_item`` removes the last item
+``get_items`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Optional, TypeVar, Union, cast
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "convlog.integrations.openai_agents needs the OpenAI Agents SDK: "
+        "pip install openai-agents"
+    ) from exc
+
+from .._convlog import Store
+from .._errors import ConflictError, ConversationNotFoundError
+
+Durability = Literal["group", "sync", "none", "periodic"]
+"""The store durabilities (``convlog.Store.open``)."""
+
+__all__ = [
+    "CALL_OUTPUT_TYPES",
+    "CLEAR_KIND",
+    "ITEM_KEY",
+    "POP_KIND",
+    "TYPE_KEY",
+    "ConvlogSession",
+]
+
+ITEM_KEY = "openai_agents.item"
+"""Entry metadata key holding the SDK item verbatim (its JSON text)."""
+
+TYPE_KEY = "openai_agents.type"
+"""Entry metadata key holding the item's type (``message`` when it has none)."""
+
+POP_KIND = "openai_agents.pop_item"
+"""Kind of the custom event ``pop_item`` records: payload ``{"item": ...}``."""
+
+CLEAR_KIND = "openai_agents.clear_session"
+"""Kind of the custom event ``clear_session`` records: payload ``{"items": N}``."""
+
+CALL_OUTPUT_TYPES: Mapping[str, str] = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+    "computer_call": "computer_call_output",
+    "local_shell_call": "local_shell_call_output",
+    "shell_call": "shell_call_output",
+    "apply_patch_call": "apply_patch_call_output",
+    "tool_search_call": "tool_search_output",
+}
+"""Call item type -> the output item type that answers it (paired by ``call_id``)."""
+
+_OUTPUT_TYPES = frozenset(CALL_OUTPUT_TYPES.values())
+
+OPENAI_ROLE_KEY = "convlog.openai_role"
+"""convlog's metadata key marking a system entry as OpenAI's ``developer`` role
+(docs/providers.md)."""
+
+ID_BYTES_MAX = 256
+"""convlog's limit on ids (session id, call id, tool name): docs/events.md."""
+
+TEXT_BYTES_MAX = 8 * 1024 * 1024
+"""convlog's limit on a text or metadata value: docs/events.md."""
+
+APPEND_ATTEMPTS_MAX = 64
+"""Conditional appends tried before giving up when other writers keep
+changing the same session (each conflict re-reads it)."""
+
+SESSION_WORKERS_MAX = 64
+"""Threads running the sessions' blocking store calls (shared by all
+sessions of the process): enough for concurrent appends to share fsyncs."""
+
+_NEUTRAL_ENTRY_FIELDS = (
+    "message_id",
+    "evaluation_id",
+    "sequence",
+    "turn",
+    "role",
+    "content",
+    "reasoning",
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "is_error",
+    "finish_reason",
+    "prompt_ns",
+    "prompt_key",
+    "created_at",
+    "metadata",
+)
+
+_T = TypeVar("_T")
+
+_executor_lock = threading.Lock()
+_executor: Optional[ThreadPoolExecutor] = None
+
+
+def _session_executor() -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(
+                max_workers=SESSION_WORKERS_MAX, thread_name_prefix="convlog-session"
+            )
+        return _executor
+
+
+async def _run(function: Callable[[], _T], *, mutation: bool) -> _T:
+    """Run ``function`` in a session worker thread. A mutation is waited for
+    even when the caller is cancelled, and the cancellation re-raised after
+    it (as the SDK's own sessions do): a cancelled ``add_items`` is either
+    stored or not, never still running."""
+    future = asyncio.get_running_loop().run_in_executor(_session_executor(), function)
+    if not mutation:
+        return await future
+    cancelled: Optional[asyncio.CancelledError] = None
+    while not future.done():
+        try:
+            await asyncio.wait({future})
+        except asyncio.CancelledError as exc:
+            if cancelled is None:
+                cancelled = exc
+    try:
+        result = future.result()
+    except BaseException:
+        if cancelled is not None:
+            raise cancelled from None
+        raise
+    if cancelled is not None:
+        raise cancelled
+    return result
+
+
+# Stores opened from a path, shared by every session of the process that names it.
+_path_stores_lock = threading.Lock()
+_path_stores: dict[str, tuple[Store, int]] = {}
+
+
+def _acquire_path_store(path: Union[str, "os.PathLike[str]"], durability: Durability) -> Store:
+    key = str(Path(path).expanduser().resolve())
+    with _path_stores_lock:
+        held = _path_stores.get(key)
+        if held is not None and not held[0].closed:
+            _path_stores[key] = (held[0], held[1] + 1)
+            return held[0]
+        store = Store.open(key, durability)
+        _path_stores[key] = (store, 1)
+        return store
+
+
+def _release_path_store(store: Store) -> None:
+    with _path_stores_lock:
+        for key, (held, count) in list(_path_stores.items()):
+            if held is store:
+                if count <= 1:
+                    del _path_stores[key]
+                    store.close()
+                else:
+                    _path_stores[key] = (held, count - 1)
+                return
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One stored item: its JSON text and what pairing needs."""
+
+    raw: str
+    pair: Optional[tuple[str, str]]  # (output type, call id) shared by a call and its output
+    is_call: bool
+    is_reasoning: bool
+
+
+def _describe(item: Mapping[str, Any]) -> _Item:
+    return _classify(json.dumps(item), item)
+
+
+def _classify(raw: str, item: Mapping[str, Any]) -> _Item:
+    kind = item.get("type")
+    call_id = item.get("call_id")
+    pair: Optional[tuple[str, str]] = None
+    is_call = False
+    if isinstance(kind, str) and isinstance(call_id, str):
+        if kind in CALL_OUTPUT_TYPES:
+            pair = (CALL_OUTPUT_TYPES[kind], call_id)
+            is_call = True
+        elif kind in _OUTPUT_TYPES:
+            pair = (kind, call_id)
+    return _Item(raw, pair, is_call, kind == "reasoning")
+
+
+def _paired(items: Sequence[_Item]) -> list[_Item]:
+    """The items without a call that has no output, and the reverse: see
+    :func:`_paired_indexes`."""
+    return [items[index] for index in _paired_indexes(items)]
+
+
+def _paired_indexes(items: Sequence[_Item]) -> list[int]:
+    """The indexes of the items without a call that has no output, an output that has no
+    call, and a reasoning item tied to a call left out (the next item that is
+    not reasoning is that call: the Responses API rejects reasoning without
+    the item it led to)."""
+    calls = {item.pair for item in items if item.pair is not None and item.is_call}
+    outputs = {item.pair for item in items if item.pair is not None and not item.is_call}
+    keep = [
+        item.pair is None or (item.pair in outputs if item.is_call else item.pair in calls)
+        for item in items
+    ]
+    if all(keep):
+        return list(range(len(items)))
+    next_kept_call: Optional[bool] = None  # whether the next non-reasoning item is a call kept
+    for index in range(len(items) - 1, -1, -1):
+        item = items[index]
+        if item.is_reasoning:
+            if next_kept_call is False:
+                keep[index] = False
+        else:
+            next_kept_call = keep[index] if item.is_call else None
+    return [index for index, kept in enumerate(keep) if kept]
+
+
+def _text_of(content: Any) -> Optional[str]:
+    """The text of a message's content: the string, or its text parts joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for part in content:
+            if not isinstance(part, Mapping):
+                continue
+            if part.get("type") in ("input_text", "output_text", "text", "summary_text"):
+                text = part.get("text")
+            elif part.get("type") == "refusal":
+                text = part.get("refusal")
+            else:
+                continue
+            if isinstance(text, str):
+                texts.append(text)
+        return "".join(texts) if texts else None
+    return None
+
+
+def _bounded(text: Optional[str]) -> Optional[str]:
+    """A text within convlog's limit, else none (the item keeps it verbatim)."""
+    if text is None or len(text) * 4 <= TEXT_BYTES_MAX:
+        return text
+    return text if len(text.encode("utf-8")) <= TEXT_BYTES_MAX else None
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value.encode("utf-8")) <= ID_BYTES_MAX
+
+
+def _is_user_message(item: Mapping[str, Any]) -> bool:
+    return item.get("type", "message") == "message" and item.get("role") == "user"
+
+
+_USER_SIDE_TYPES = _OUTPUT_TYPES | {"mcp_approval_response"}
+
+
+def _side(item: Mapping[str, Any]) -> Optional[bool]:
+    """True for what a model produces (messages of the assistant, reasoning,
+    calls), False for what the host sends (user/system messages, outputs),
+    None for items that say neither (references, unknown types)."""
+    kind = item.get("type")
+    if kind is None or kind == "message":
+        return item.get("role") == "assistant"
+    if not isinstance(kind, str):
+        return None
+    if kind in _USER_SIDE_TYPES:
+        return False
+    if kind == "reasoning" or kind.endswith("_call") or kind.startswith("mcp_"):
+        return True
+    return None
+
+
+@dataclass
+class _Run:
+    """Where the next entry goes: the evaluation (run), its turn, the call ids
+    its entries hold (a call id twice in one evaluation is not representable)."""
+
+    evaluation_id: Optional[str]
+    turn: int
+    assistant_last: bool
+    calls: set[str]
+
+    def copy(self) -> _Run:
+        return _Run(self.evaluation_id, self.turn, self.assistant_last, set(self.calls))
+
+
+def _neutral(
+    item: Mapping[str, Any], run: _Run, call_name: Callable[[str], Optional[str]]
+) -> dict[str, Any]:
+    """The neutral entry fields of one item (without evaluation, turn, metadata)."""
+    kind = item.get("type")
+    role = item.get("role")
+    if (kind is None or kind == "message") and role in ("user", "system", "developer", "assistant"):
+        if role == "developer":
+            return {"role": "system", "content": _bounded(_text_of(item.get("content"))),
+                    "metadata": {OPENAI_ROLE_KEY: "developer"}}
+        return {"role": role, "content": _bounded(_text_of(item.get("content")))}
+    call_id = item.get("call_id")
+    if kind == "function_call":
+        name, arguments = item.get("name"), item.get("arguments")
+        if (
+            _is_id(call_id)
+            and _is_id(name)
+            and isinstance(arguments, str)
+            and _bounded(arguments) is not None
+            and call_id not in run.calls
+        ):
+            return {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"call_id": call_id, "name": name, "arguments": arguments}],
+            }
+    elif kind == "function_call_output" and _is_id(call_id):
+        output = item.get("output")
+        content = output if isinstance(output, str) else _text_of(output)
+        if content is None and output is not None:
+            content = json.dumps(output)
+        return {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "tool_name": call_name(cast(str, call_id)),
+            "content": _bounded(content),
+        }
+    elif kind == "reasoning":
+        text = _text_of(item.get("summary")) or _text_of(item.get("content"))
+        bounded = _bounded(text)
+        if bounded:
+            return {"role": "assistant", "content": None, "reasoning": {"text": bounded}}
+    return {"role": "assistant", "content": None}
+
+
+def _clean_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A folded entry in the form ``messages_replaced`` takes. Calls of the
+    session's own entries go back to their recorded status (pending): the
+    results left in the list complete them again."""
+    cleaned = {key: entry[key] for key in _NEUTRAL_ENTRY_FIELDS if key in entry}
+    metadata = entry.get("metadata") or {}
+    if ITEM_KEY in metadata and cleaned.get("tool_calls"):
+        cleaned["tool_calls"] = [
+            {"call_id": call["call_id"], "name": call["name"], "arguments": call["arguments"]}
+            for call in cleaned["tool_calls"]
+        ]
+    return cleaned
+
+
+class ConvlogSession:
+    """The OpenAI Agents SDK ``Session`` protocol on a convlog store.
+
+    ``ConvlogSession(session_id, store)``: ``store`` is an open
+    :class:`convlog.Store` (shared by any number of sessions; the caller
+    closes it) or a path (opened with ``durability``; sessions of the process
+    naming the same path share one store, closed with the last
+    :meth:`close`). ``session_settings`` (a ``SessionSettings`` or a dict of
+    its fields) gives ``get_items`` its default ``limit``; an explicit limit
+    wins.
+
+    A session may be used from several asyncio tasks and threads at once;
+    sessions of one store share its group commit. Several session objects
+    may write the same session id: writes are conditional appends, retried
+    on conflict.
+    """
+
+    session_settings: Optional[SessionSettings] = None
+
+    def __init__(
+        self,
+        session_id: str,
+        store: Union[Store, str, "os.PathLike[str]"],
+        *,
+        session_settings: Union[SessionSettings, Mapping[str, Any], None] = None,
+        durability: Durability = "group",
+    ) -> None:
+        if not _is_id(session_id):
+            raise ValueError(
+                f"session_id must be 1 to {ID_BYTES_MAX} bytes of UTF-8 "
+                f"(a convlog conversation id), got {session_id!r:.300}"
+            )
+        self.session_id = session_id
+        if session_settings is None:
+            self.session_settings = SessionSettings()
+        elif isinstance(session_settings, SessionSettings):
+            self.session_settings = session_settings
+        else:
+            self.session_settings = SessionSettings(**dict(session_settings))
+        if isinstance(store, Store):
+            self._store = store
+            self._owns_store = False
+        else:
+            self._store = _acquire_path_store(store, durability)
+            self._owns_store = True
+        self._closed = False
+        self._lock = threading.Lock()
+        # The cache of the session, valid while the store's next LSN is
+        # `_seen_next` (or the conversation has no event after `_last_lsn`).
+        self._seen_next: Optional[int] = None
+        self._last_lsn = 0
+        self._items: list[_Item] = []
+        self._visible: Optional[list[str]] = None
+        self._run = _Run(None, 0, False, set())
+        self._call_names: dict[str, str] = {}
+
+    @property
+    def store(self) -> Store:
+        """The convlog store the session lives in."""
+        return self._store
+
+    def close(self) -> None:
+        """Release the store if the session opened it from a path (the last
+        session of that path closes it). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_store:
+            _release_path_store(self._store)
+
+    def __repr__(self) -> str:
+        return f"ConvlogSession({self.session_id!r}, store={self._store.path!r})"
+
+    # ---------------------------------------------------------------- protocol
+
+    async def get_items(self, limit: Optional[int] = None) -> list[TResponseInputItem]:
+        """The session's items in the order added, the latest ``limit`` when
+        given (else ``session_settings.limit``; 0 gives none, a negative limit
+        all). Calls without outputs and outputs without calls are left out
+        (the crash policy), within the window too."""
+        if limit is None and self.session_settings is not None:
+            limit = self.session_settings.limit
+        self._check_open()
+        # The cache answers without a thread hop when nothing was appended
+        # (a writer's next LSN is in memory; a read-only store must look).
+        if not self._store.read_only and self._lock.acquire(blocking=False):
+            try:
+                if self._seen_next is not None and self._position() == self._seen_next:
+                    return self._items_for(limit)
+            finally:
+                self._lock.release()
+        return await _run(lambda: self._get_items_sync(limit), mutation=False)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append the items, atomically (all or none after a crash) and
+        durably as the store's durability says."""
+        self._check_open()
+        if not items:
+            return
+        # Serialised here, in the caller's thread: the caller may mutate its
+        # items once this returns control.
+        stored = [cast(Mapping[str, Any], item) for item in items]
+        for index, item in enumerate(stored):
+            if not isinstance(item, Mapping):
+                raise TypeError(
+                    f"add_items: item {index} is a {type(item).__name__}, not a dict"
+                )
+        raws: list[str] = []
+        for index, item in enumerate(stored):
+            try:
+                raw = json.dumps(item)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"add_items: item {index} is not JSON-serializable: {exc}") from exc
+            if len(raw) * 4 > TEXT_BYTES_MAX and len(raw.encode("utf-8")) > TEXT_BYTES_MAX:
+                raise ValueError(
+                    f"add_items: item {index} is {len(raw.encode('utf-8'))} bytes of JSON; "
+                    f"convlog keeps at most {TEXT_BYTES_MAX} bytes per item"
+                )
+            raws.append(raw)
+        pairs = list(zip(raws, [json.loads(raw) for raw in raws]))
+        await _run(lambda: self._add_items_sync(pairs), mutation=True)
+
+    async def pop_item(self) -> Optional[TResponseInputItem]:
+        """Remove and return the last item ``get_items()`` returns (none when
+        it returns none). The log keeps it: a ``POP_KIND`` custom event names
+        it, beside the ``messages_replaced`` event that leaves it out."""
+        self._check_open()
+        return await _run(self._pop_item_sync, mutation=True)
+
+    async def clear_session(self) -> None:
+        """Remove every item. The log keeps them: a ``CLEAR_KIND`` custom
+        event and a ``messages_replaced`` event with no entries."""
+        self._check_open()
+        await _run(self._clear_session_sync, mutation=True)
+
+    # ------------------------------------------------------------------ reads
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"ConvlogSession {self.session_id!r} is closed")
+
+    def _position(self) -> int:
+        """The store's next LSN, caught up with the writer for a read-only store."""
+        return self._store.refresh() if self._store.read_only else self._store.next_lsn
+
+    def _items_for(self, limit: Optional[int]) -> list[TResponseInputItem]:
+        """The items ``get_items(limit)`` returns, from the cache (under the lock)."""
+        if self._visible is None:
+            self._visible = [item.raw for item in _paired(self._items)]
+        visible = self._visible
+        if limit is not None and 0 <= limit < len(visible):
+            # Pairs again within the window: an output whose call is before
+            # the window would be sent without it.
+            window = _paired(self._items)[len(visible) - limit :] if limit else []
+            visible = [item.raw for item in _paired(window)]
+        return cast(list[TResponseInputItem], json.loads("[" + ",".join(visible) + "]"))
+
+    def _get_items_sync(self, limit: Optional[int]) -> list[TResponseInputItem]:
+        with self._lock:
+            self._refresh()
+            return self._items_for(limit)
+
+    def _refresh(self) -> None:
+        """Bring the cache up to date with the store (under the lock)."""
+        position = self._position()
+        if self._seen_next is not None:
+            if position == self._seen_next:
+                return
+            if not self._conversation_changed():
+                self._seen_next = position
+                return
+        self._load(position)
+
+    def _conversation_changed(self) -> bool:
+        """Whether the session's conversation has an event after the cache's."""
+        assert self._seen_next is not None
+        for lsn, event in self._store.events(self._seen_next, conversation_id=self.session_id):
+            if lsn > self._last_lsn and event.get("type") != "custom":
+                return True
+        return False
+
+    def _load(self, position: int) -> None:
+        """Read the session from the store into the cache."""
+        try:
+            conversation = self._store.conversation(self.session_id)
+        except ConversationNotFoundError:
+            entries: list[dict[str, Any]] = []
+            last_lsn = 0
+        else:
+            entries = conversation.entries
+            last_lsn = conversation.last_lsn
+        items: list[_Item] = []
+        run = _Run(None, 0, False, set())
+        call_names: dict[str, str] = {}
+        for entry in entries:
+            metadata = entry.get("metadata") or {}
+            raw = metadata.get(ITEM_KEY)
+            if raw is None:
+                continue  # an entry another writer recorded: not an SDK item
+            item = json.loads(raw)
+            items.append(_classify(raw, item))
+            if entry.get("evaluation_id") != run.evaluation_id:
+                run = _Run(entry.get("evaluation_id"), 0, False, set())
+            run.turn = int(entry.get("turn") or 0)
+            side = _side(item)
+            if side is not None:
+                run.assistant_last = side
+            for call in entry.get("tool_calls") or ():
+                run.calls.add(call["call_id"])
+                call_names[call["call_id"]] = call["name"]
+        self._items = items
+        self._visible = None
+        self._run = run
+        self._call_names = call_names
+        self._last_lsn = last_lsn
+        self._seen_next = position
+
+    # ----------------------------------------------------------------- writes
+
+    def _plan(
+        self, pairs: Sequence[tuple[str, Mapping[str, Any]]]
+    ) -> tuple[list[dict[str, Any]], _Run, dict[str, str]]:
+        """The events recording ``pairs`` (JSON text, item) after the cache's
+        state, and the run state and call names after them."""
+        run = self._run.copy()
+        names: dict[str, str] = {}
+        if run.evaluation_id is None or _is_user_message(pairs[0][1]):
+            run = _Run(uuid.uuid4().hex, 0, False, set())
+        def call_name(call_id: str) -> Optional[str]:
+            return names.get(call_id) or self._call_names.get(call_id)
+
+        events: list[dict[str, Any]] = []
+        for raw, item in pairs:
+            side = _side(item)
+            if side and not run.assistant_last:
+                run.turn += 1  # a new model response
+            if side is not None:
+                run.assistant_last = side
+            entry = _neutral(item, run, call_name)
+            for call in entry.get("tool_calls", ()):
+                run.calls.add(call["call_id"])
+                names[call["call_id"]] = call["name"]
+            kind = item.get("type")
+            entry["evaluation_id"] = run.evaluation_id
+            entry["turn"] = run.turn
+            entry["metadata"] = {
+                **entry.get("metadata", {}),
+                ITEM_KEY: raw,
+                TYPE_KEY: kind if isinstance(kind, str) and kind else "message",
+            }
+            events.append(
+                {
+                    "type": "conversation_recorded",
+                    "conversation_id": self.session_id,
+                    "entry": entry,
+                }
+            )
+        return events, run, names
+
+    def _append(
+        self, build: Callable[[], Optional[list[dict[str, Any]]]]
+    ) -> Optional[range]:
+        """Append what ``build`` returns (from the cache, under the lock; None:
+        nothing to append) if the conversation did not change since the cache
+        was read; on a conflict, read it again and retry."""
+        for _attempt in range(APPEND_ATTEMPTS_MAX):
+            if self._seen_next is None:
+                self._load(self._position())
+            try:
+                events = build()
+            except _Stale:
+                self._load(self._position())
+                continue
+            if events is None:
+                return None
+            try:
+                return self._store.append(
+                    events, expect_conversation=(self.session_id, self._last_lsn)
+                )
+            except ConflictError:
+                self._load(self._position())
+        raise ConflictError(
+            f"session {self.session_id!r}: other writers changed it during "
+            f"{APPEND_ATTEMPTS_MAX} attempts in a row"
+        )
+
+    def _note_appended(self, lsns: range) -> None:
+        """The cache holds the batch ``lsns`` just appended: the conditional
+        append proved no other event of the conversation came before it."""
+        self._last_lsn = lsns.stop - 1
+        self._seen_next = lsns.stop
+        self._visible = None
+
+    def _add_items_sync(self, pairs: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+        with self._lock:
+            planned: list[tuple[_Run, dict[str, str]]] = []
+
+            def build() -> list[dict[str, Any]]:
+                events, run, names = self._plan(pairs)
+                planned[:] = [(run, names)]
+                return events
+
+            lsns = self._append(build)
+            assert lsns is not None
+            self._items.extend(_classify(raw, item) for raw, item in pairs)
+            self._run, names = planned[0]
+            self._call_names.update(names)
+            self._note_appended(lsns)
+
+    def _read_entries(self) -> list[dict[str, Any]]:
+        """The conversation's folded entries, as the cache knows it (else
+        ``_Stale``)."""
+        try:
+            conversation = self._store.conversation(self.session_id)
+        except ConversationNotFoundError:
+            if self._last_lsn != 0:
+                raise _Stale() from None
+            return []
+        if conversation.last_lsn != self._last_lsn:
+            raise _Stale()
+        return conversation.entries
+
+    def _pop_item_sync(self) -> Optional[TResponseInputItem]:
+        with self._lock:
+            popped: list[int] = []
+
+            def build() -> Optional[list[dict[str, Any]]]:
+                visible = _paired_indexes(self._items)
+                if not visible:
+                    return None
+                index = visible[-1]
+                entries = self._read_entries()
+                own = [
+                    position
+                    for position, entry in enumerate(entries)
+                    if ITEM_KEY in (entry.get("metadata") or {})
+                ]
+                if len(own) != len(self._items):
+                    raise _Stale()
+                target = own[index]
+                if entries[target]["metadata"][ITEM_KEY] != self._items[index].raw:
+                    raise _Stale()
+                popped[:] = [index]
+                payload = '{"item":' + self._items[index].raw + "}"
+                return [
+                    {
+                        "type": "custom",
+                        "kind": POP_KIND,
+                        "conversation_id": self.session_id,
+                        "payload": payload.encode("utf-8"),
+                    },
+                    {
+                        "type": "messages_replaced",
+                        "conversation_id": self.session_id,
+                        "entries": [
+                            _clean_entry(entry)
+                            for position, entry in enumerate(entries)
+                            if position != target
+                        ],
+                    },
+                ]
+
+            lsns = self._append(build)
+            if lsns is None:
+                return None
+            item = self._items.pop(popped[0])
+            self._note_appended(lsns)
+            return cast(TResponseInputItem, json.loads(item.raw))
+
+    def _clear_session_sync(self) -> None:
+        with self._lock:
+
+            def build() -> Optional[list[dict[str, Any]]]:
+                entries = self._read_entries()
+                if not entries:
+                    return None
+                payload = json.dumps({"items": len(self._items), "entries": len(entries)})
+                return [
+                    {
+                        "type": "custom",
+                        "kind": CLEAR_KIND,
+                        "conversation_id": self.session_id,
+                        "payload": payload.encode("utf-8"),
+                    },
+                    {
+                        "type": "messages_replaced",
+                        "conversation_id": self.session_id,
+                        "entries": [],
+                    },
+                ]
+
+            lsns = self._append(build)
+            if lsns is None:
+                return
+            self._items = []
+            self._run = _Run(None, 0, False, set())
+            self._call_names = {}
+            self._note_appended(lsns)
+
+
+class _Stale(Exception):
+    """The cache is behind the store: read again."""

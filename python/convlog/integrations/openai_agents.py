@@ -49,9 +49,10 @@ import json
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, TypeVar, Union, cast
 
@@ -65,7 +66,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .._convlog import Store
-from .._errors import ConflictError, ConversationNotFoundError
+from .._errors import ConflictError, ConversationNotFoundError, ConvlogError
 
 Durability = Literal["group", "sync", "none", "periodic"]
 """The store durabilities (``convlog.Store.open``)."""
@@ -118,6 +119,18 @@ APPEND_ATTEMPTS_MAX = 64
 """Conditional appends tried before giving up when other writers keep
 changing the same session (each conflict re-reads it)."""
 
+INLINE_CHECK_EVENTS_MAX = 256
+"""``get_items`` checks at most this many new events of the store in the
+caller's thread (they tell whether its cached items are still exact); more,
+or a cache to read again, go to a worker thread."""
+
+FLUSH_EVENTS_MAX = 4096
+"""Events of ``add_items`` calls appended together in one batch at most."""
+
+FLUSH_BYTES_MAX = 16 * 1024 * 1024
+"""Bytes of items (JSON text) appended together in one batch at most (the
+store takes 64 MiB per batch)."""
+
 SESSION_WORKERS_MAX = 64
 """Threads running the sessions' blocking store calls (shared by all
 sessions of the process): enough for concurrent appends to share fsyncs."""
@@ -165,7 +178,16 @@ async def _run(function: Callable[[], _T], *, mutation: bool) -> _T:
     future = asyncio.get_running_loop().run_in_executor(_session_executor(), function)
     if not mutation:
         return await future
-    cancelled: Optional[asyncio.CancelledError] = None
+    return await _await_mutation(future)
+
+
+async def _await_mutation(future: asyncio.Future[_T]) -> _T:
+    """The outcome of ``future``, waited for despite the caller's cancellation
+    (re-raised after it)."""
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError as exc:
+        cancelled: Optional[asyncio.CancelledError] = exc  # ours, or the future's
     while not future.done():
         try:
             await asyncio.wait({future})
@@ -327,16 +349,21 @@ def _side(item: Mapping[str, Any]) -> Optional[bool]:
 
 @dataclass
 class _Run:
-    """Where the next entry goes: the evaluation (run), its turn, the call ids
-    its entries hold (a call id twice in one evaluation is not representable)."""
+    """Where the next entry goes: the evaluation (run), its turn and next
+    sequence (given explicitly: the store then has nothing to look up), the
+    call ids its entries hold (a call id twice in one evaluation is not
+    representable)."""
 
-    evaluation_id: Optional[str]
-    turn: int
-    assistant_last: bool
-    calls: set[str]
+    evaluation_id: Optional[str] = None
+    turn: int = 0
+    assistant_last: bool = False
+    next_sequence: int = 0
+    calls: set[str] = field(default_factory=set)
 
     def copy(self) -> _Run:
-        return _Run(self.evaluation_id, self.turn, self.assistant_last, set(self.calls))
+        return _Run(
+            self.evaluation_id, self.turn, self.assistant_last, self.next_sequence, set(self.calls)
+        )
 
 
 def _neutral(
@@ -398,6 +425,441 @@ def _clean_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
+class _Stale(Exception):
+    """The cache is behind the store: read again."""
+
+
+class _State:
+    """One session's state in the process, shared by every ``ConvlogSession``
+    of the same store and session id: the lock that orders their work and
+    the cache of the session's items.
+
+    The cache is exact up to the store's LSN ``seen_next``. Appends through
+    this state are plain appends (no other writer of the process reaches the
+    conversation through a session, and only one process writes a store);
+    a write by anything else (``store.append`` to the same conversation) is
+    noticed by the next read or write, which reads the session again.
+    """
+
+    def __init__(self, store: Store, session_id: str, flusher: _Flusher) -> None:
+        self.store = store
+        self.session_id = session_id
+        self.flusher = flusher  # held: the store's sessions share it while any lives
+        self.lock = threading.Lock()
+        self.seen_next: Optional[int] = None
+        self.last_lsn = 0  # the conversation's last LSN as the cache has it
+        self.own: list[range] = []  # this state's appends at or after seen_next
+        self.items: list[_Item] = []
+        self.visible: Optional[list[str]] = None
+        self.run = _Run()
+        self.call_names: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ reads
+
+    def position(self) -> int:
+        """The store's next LSN, caught up with the writer for a read-only store."""
+        return self.store.refresh() if self.store.read_only else self.store.next_lsn
+
+    def catch_up(self) -> None:
+        """Bring the cache up to date with the store (under the lock)."""
+        position = self.position()
+        if not self.check(position):
+            self.load(position)
+
+    def check(self, position: int) -> bool:
+        """Whether the cache is exact at ``position`` (then it says so from
+        there on): no event of the conversation came since but this state's
+        own. False: the session must be read again."""
+        if self.seen_next is None:
+            return False
+        if position == self.seen_next:
+            return True
+        for lsn, event in self.store.events(self.seen_next, conversation_id=self.session_id):
+            if lsn >= position:
+                break
+            if event.get("type") == "custom" or any(lsn in own for own in self.own):
+                continue
+            return False  # someone else wrote the conversation
+        self.seen_next = position
+        self.own = [own for own in self.own if own.stop > position]
+        return True
+
+    def load(self, position: int) -> None:
+        """Read the session from the store into the cache."""
+        try:
+            conversation = self.store.conversation(self.session_id)
+        except ConversationNotFoundError:
+            entries: list[dict[str, Any]] = []
+            last_lsn = 0
+        else:
+            entries = conversation.entries
+            last_lsn = conversation.last_lsn
+        items: list[_Item] = []
+        run = _Run()
+        call_names: dict[str, str] = {}
+        next_sequences: dict[str, int] = {}
+        for entry in entries:
+            evaluation_id = str(entry.get("evaluation_id"))
+            next_sequences[evaluation_id] = max(
+                next_sequences.get(evaluation_id, 0), int(entry.get("sequence") or 0) + 1
+            )
+            metadata = entry.get("metadata") or {}
+            raw = metadata.get(ITEM_KEY)
+            if raw is None:
+                continue  # an entry another writer recorded: not an SDK item
+            item = json.loads(raw)
+            items.append(_classify(raw, item))
+            if evaluation_id != run.evaluation_id:
+                run = _Run(evaluation_id)
+            run.turn = int(entry.get("turn") or 0)
+            side = _side(item)
+            if side is not None:
+                run.assistant_last = side
+            for call in entry.get("tool_calls") or ():
+                run.calls.add(call["call_id"])
+                call_names[call["call_id"]] = call["name"]
+        if run.evaluation_id is not None:
+            run.next_sequence = next_sequences[run.evaluation_id]
+        self.items = items
+        self.visible = None
+        self.run = run
+        self.call_names = call_names
+        self.last_lsn = last_lsn
+        self.seen_next = position
+        self.own = []
+
+    def items_for(self, limit: Optional[int]) -> list[TResponseInputItem]:
+        """What ``get_items(limit)`` returns, from the cache (under the lock)."""
+        if self.visible is None:
+            self.visible = [item.raw for item in _paired(self.items)]
+        visible = self.visible
+        if limit is not None and 0 <= limit < len(visible):
+            # Paired again within the window: an output whose call is before
+            # the window would be sent without it.
+            window = _paired(self.items)[len(visible) - limit :] if limit else []
+            visible = [item.raw for item in _paired(window)]
+        return cast(list[TResponseInputItem], json.loads("[" + ",".join(visible) + "]"))
+
+    def get_items(self, limit: Optional[int]) -> list[TResponseInputItem]:
+        with self.lock:
+            self.catch_up()
+            return self.items_for(limit)
+
+    # ----------------------------------------------------------------- writes
+
+    def plan(
+        self,
+        pairs: Sequence[tuple[str, Mapping[str, Any]]],
+        run: _Run,
+        names: dict[str, str],
+    ) -> tuple[list[dict[str, Any]], _Run]:
+        """The events recording ``pairs`` (JSON text, item) after ``run`` (the
+        cache's, or the one a previous plan left); the run after them. Call
+        names the events add go into ``names``."""
+        run = run.copy()
+        if run.evaluation_id is None or _is_user_message(pairs[0][1]):
+            run = _Run(uuid.uuid4().hex)
+
+        def call_name(call_id: str) -> Optional[str]:
+            return names.get(call_id) or self.call_names.get(call_id)
+
+        events: list[dict[str, Any]] = []
+        for raw, item in pairs:
+            side = _side(item)
+            if side and not run.assistant_last:
+                run.turn += 1  # a new model response
+            if side is not None:
+                run.assistant_last = side
+            entry = _neutral(item, run, call_name)
+            for tool_call in entry.get("tool_calls", ()):
+                run.calls.add(tool_call["call_id"])
+                names[tool_call["call_id"]] = tool_call["name"]
+            kind = item.get("type")
+            entry["evaluation_id"] = run.evaluation_id
+            entry["sequence"] = run.next_sequence
+            run.next_sequence += 1
+            entry["turn"] = run.turn
+            entry["metadata"] = {
+                **entry.get("metadata", {}),
+                ITEM_KEY: raw,
+                TYPE_KEY: kind if isinstance(kind, str) and kind else "message",
+            }
+            events.append(
+                {"type": "conversation_recorded", "conversation_id": self.session_id, "entry": entry}
+            )
+        return events, run
+
+    def recorded(
+        self,
+        pairs: Sequence[tuple[str, Mapping[str, Any]]],
+        run: _Run,
+        names: Mapping[str, str],
+        lsns: range,
+        mine: Sequence[range],
+    ) -> None:
+        """The cache takes the items ``pairs`` appended in the batch ``lsns``
+        (this state's events at ``mine``), and the run state after them."""
+        self.items.extend(_classify(raw, item) for raw, item in pairs)
+        self.run = run
+        self.call_names.update(names)
+        self.last_lsn = mine[-1].stop - 1
+        self.visible = None
+        if lsns.start == self.seen_next:
+            self.seen_next = lsns.stop  # the batch's other events are other sessions'
+        else:
+            self.own.extend(mine)
+
+    def appended(self, lsns: range) -> None:
+        """The cache now holds the batch ``lsns`` this state appended."""
+        self.last_lsn = lsns.stop - 1
+        self.visible = None
+        if lsns.start == self.seen_next:
+            self.seen_next = lsns.stop  # nothing else came between
+        else:
+            self.own.append(lsns)
+
+    def replace(self, build: Callable[[list[dict[str, Any]]], Optional[list[dict[str, Any]]]]) -> Optional[range]:
+        """Append what ``build`` makes of the conversation's entries (None:
+        nothing to do), if the conversation did not change since it was read
+        (a conditional append); else read it again and retry."""
+        for _attempt in range(APPEND_ATTEMPTS_MAX):
+            self.catch_up()
+            try:
+                conversation = self.store.conversation(self.session_id)
+            except ConversationNotFoundError:
+                return None
+            if conversation.last_lsn != self.last_lsn:
+                self.load(self.position())
+                continue
+            events = build(conversation.entries)
+            if events is None:
+                return None
+            try:
+                lsns = self.store.append(
+                    events, expect_conversation=(self.session_id, conversation.last_lsn)
+                )
+            except ConflictError:
+                self.load(self.position())
+                continue
+            self.appended(lsns)
+            return lsns
+        raise ConflictError(
+            f"session {self.session_id!r}: other writers changed it during "
+            f"{APPEND_ATTEMPTS_MAX} attempts in a row"
+        )
+
+    def pop_item(self) -> Optional[TResponseInputItem]:
+        with self.lock:
+            popped: list[int] = []
+
+            def build(entries: list[dict[str, Any]]) -> Optional[list[dict[str, Any]]]:
+                visible = _paired_indexes(self.items)
+                if not visible:
+                    return None
+                index = visible[-1]
+                own = [
+                    position
+                    for position, entry in enumerate(entries)
+                    if ITEM_KEY in (entry.get("metadata") or {})
+                ]
+                target = own[index]
+                assert entries[target]["metadata"][ITEM_KEY] == self.items[index].raw
+                popped[:] = [index]
+                payload = '{"item":' + self.items[index].raw + "}"
+                return [
+                    {
+                        "type": "custom",
+                        "kind": POP_KIND,
+                        "conversation_id": self.session_id,
+                        "payload": payload.encode("utf-8"),
+                    },
+                    {
+                        "type": "messages_replaced",
+                        "conversation_id": self.session_id,
+                        "entries": [
+                            _clean_entry(entry)
+                            for position, entry in enumerate(entries)
+                            if position != target
+                        ],
+                    },
+                ]
+
+            if self.replace(build) is None:
+                return None
+            item = self.items.pop(popped[0])
+            return cast(TResponseInputItem, json.loads(item.raw))
+
+    def clear_session(self) -> None:
+        with self.lock:
+
+            def build(entries: list[dict[str, Any]]) -> Optional[list[dict[str, Any]]]:
+                if not entries:
+                    return None
+                payload = json.dumps({"items": len(self.items), "entries": len(entries)})
+                return [
+                    {
+                        "type": "custom",
+                        "kind": CLEAR_KIND,
+                        "conversation_id": self.session_id,
+                        "payload": payload.encode("utf-8"),
+                    },
+                    {"type": "messages_replaced", "conversation_id": self.session_id, "entries": []},
+                ]
+
+            if self.replace(build) is not None:
+                self.items = []
+                self.run = _Run()
+                self.call_names = {}
+
+
+@dataclass
+class _Request:
+    """One ``add_items`` call waiting for the flusher."""
+
+    state: _State
+    pairs: Sequence[tuple[str, Mapping[str, Any]]]
+    size: int
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[None]
+
+
+def _settle(outcomes: Sequence[tuple[asyncio.Future[None], Optional[BaseException]]]) -> None:
+    for future, error in outcomes:
+        if not future.done():
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+
+class _Flusher:
+    """Appends the ``add_items`` calls of a store's sessions. Calls that
+    arrive while an append is under way go together in the next one: one
+    atomic batch, one fsync and one thread hop for all of them (each call's
+    items stay one atomic, contiguous run of events)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.lock = threading.Lock()
+        self.queue: list[_Request] = []
+        self.running = False
+
+    def submit(self, request: _Request) -> None:
+        with self.lock:
+            self.queue.append(request)
+            if self.running:
+                return
+            self.running = True
+        try:
+            _session_executor().submit(self.drain)
+        except BaseException:
+            with self.lock:
+                self.running = False
+            raise
+
+    def drain(self) -> None:
+        while True:
+            with self.lock:
+                taken, events, size = 0, 0, 0
+                for request in self.queue:
+                    if taken and (
+                        events + len(request.pairs) > FLUSH_EVENTS_MAX
+                        or size + request.size > FLUSH_BYTES_MAX
+                    ):
+                        break
+                    taken, events, size = taken + 1, events + len(request.pairs), size + request.size
+                batch = self.queue[:taken]
+                del self.queue[:taken]
+                if not batch:
+                    self.running = False
+                    return
+            outcomes: list[Optional[BaseException]]
+            try:
+                outcomes = self.flush(batch)
+            except BaseException as error:  # reported to every caller of the batch
+                outcomes = [error] * len(batch)
+            by_loop: dict[int, tuple[asyncio.AbstractEventLoop, list[Any]]] = {}
+            for request, outcome in zip(batch, outcomes):
+                by_loop.setdefault(id(request.loop), (request.loop, []))[1].append(
+                    (request.future, outcome)
+                )
+            for loop, settled in by_loop.values():
+                try:
+                    loop.call_soon_threadsafe(_settle, settled)
+                except RuntimeError:
+                    pass  # that event loop is closed: nobody waits any more
+
+    def flush(self, batch: Sequence[_Request]) -> list[Optional[BaseException]]:
+        """Appends the batch's items; the error of each request (None: stored)."""
+        states = sorted({id(r.state): r.state for r in batch}.values(), key=id)
+        for state in states:
+            state.lock.acquire()
+        try:
+            if len(batch) > 1:
+                try:
+                    self.append_together(batch, states)
+                    return [None] * len(batch)
+                except ConvlogError:
+                    pass  # one call's bad input fails all: append each alone to tell
+            outcomes: list[Optional[BaseException]] = []
+            for request in batch:
+                try:
+                    self.append_together([request], [request.state])
+                    outcomes.append(None)
+                except ConvlogError as error:
+                    outcomes.append(error)
+            return outcomes
+        finally:
+            for state in states:
+                state.lock.release()
+
+    def append_together(self, batch: Sequence[_Request], states: Sequence[_State]) -> None:
+        for state in states:
+            state.catch_up()
+        runs = {id(state): state.run for state in states}
+        names: dict[int, dict[str, str]] = {id(state): {} for state in states}
+        events: list[dict[str, Any]] = []
+        spans: list[tuple[int, int, _Run]] = []
+        for request in batch:
+            key = id(request.state)
+            planned, runs[key] = request.state.plan(request.pairs, runs[key], names[key])
+            spans.append((len(events), len(planned), runs[key]))
+            events.extend(planned)
+        lsns = self.store.append(events)
+        # Each state takes its requests in order, with the run after its last.
+        for state in states:
+            key = id(state)
+            mine = [
+                range(lsns.start + offset, lsns.start + offset + count)
+                for request, (offset, count, _) in zip(batch, spans)
+                if request.state is state
+            ]
+            pairs = [pair for request in batch if request.state is state for pair in request.pairs]
+            state.recorded(pairs, runs[key], names[key], lsns, mine)
+
+
+# The states of the process's sessions, by store and session id; a state
+# lives while a session holds it (and holds its store, so the id stays its).
+_states_lock = threading.Lock()
+_states: "weakref.WeakValueDictionary[tuple[int, str], _State]" = weakref.WeakValueDictionary()
+
+
+_flushers: "weakref.WeakValueDictionary[int, _Flusher]" = weakref.WeakValueDictionary()
+
+
+def _state_of(store: Store, session_id: str) -> _State:
+    with _states_lock:
+        state = _states.get((id(store), session_id))
+        if state is None or state.store is not store:
+            flusher = _flushers.get(id(store))
+            if flusher is None or flusher.store is not store:
+                flusher = _Flusher(store)
+                _flushers[id(store)] = flusher
+            state = _State(store, session_id, flusher)
+            _states[(id(store), session_id)] = state
+        return state
+
+
 class ConvlogSession:
     """The OpenAI Agents SDK ``Session`` protocol on a convlog store.
 
@@ -409,10 +871,9 @@ class ConvlogSession:
     its fields) gives ``get_items`` its default ``limit``; an explicit limit
     wins.
 
-    A session may be used from several asyncio tasks and threads at once;
-    sessions of one store share its group commit. Several session objects
-    may write the same session id: writes are conditional appends, retried
-    on conflict.
+    A session may be used from several asyncio tasks and threads at once,
+    and several session objects of one session id at once (they share their
+    state); sessions of one store share its group commit.
     """
 
     session_settings: Optional[SessionSettings] = None
@@ -443,16 +904,8 @@ class ConvlogSession:
         else:
             self._store = _acquire_path_store(store, durability)
             self._owns_store = True
+        self._state = _state_of(self._store, session_id)
         self._closed = False
-        self._lock = threading.Lock()
-        # The cache of the session, valid while the store's next LSN is
-        # `_seen_next` (or the conversation has no event after `_last_lsn`).
-        self._seen_next: Optional[int] = None
-        self._last_lsn = 0
-        self._items: list[_Item] = []
-        self._visible: Optional[list[str]] = None
-        self._run = _Run(None, 0, False, set())
-        self._call_names: dict[str, str] = {}
 
     @property
     def store(self) -> Store:
@@ -471,6 +924,10 @@ class ConvlogSession:
     def __repr__(self) -> str:
         return f"ConvlogSession({self.session_id!r}, store={self._store.path!r})"
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"ConvlogSession {self.session_id!r} is closed")
+
     # ---------------------------------------------------------------- protocol
 
     async def get_items(self, limit: Optional[int] = None) -> list[TResponseInputItem]:
@@ -481,32 +938,32 @@ class ConvlogSession:
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
         self._check_open()
-        # The cache answers without a thread hop when nothing was appended
-        # (a writer's next LSN is in memory; a read-only store must look).
-        if not self._store.read_only and self._lock.acquire(blocking=False):
+        state = self._state
+        # The cache answers without a thread hop when at most a few events
+        # were appended since it was exact (a writer's next LSN is in memory;
+        # the check reads those events; a read-only store must look further).
+        if not self._store.read_only and state.lock.acquire(blocking=False):
             try:
-                if self._seen_next is not None and self._position() == self._seen_next:
-                    return self._items_for(limit)
+                if state.seen_next is not None:
+                    position = state.position()
+                    if position - state.seen_next <= INLINE_CHECK_EVENTS_MAX and state.check(position):
+                        return state.items_for(limit)
             finally:
-                self._lock.release()
-        return await _run(lambda: self._get_items_sync(limit), mutation=False)
+                state.lock.release()
+        return await _run(lambda: state.get_items(limit), mutation=False)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append the items, atomically (all or none after a crash) and
-        durably as the store's durability says."""
+        """Append the items as one atomic batch (all or none after a crash),
+        durable when this returns as the store's durability says."""
         self._check_open()
         if not items:
             return
-        # Serialised here, in the caller's thread: the caller may mutate its
-        # items once this returns control.
-        stored = [cast(Mapping[str, Any], item) for item in items]
-        for index, item in enumerate(stored):
+        # JSON text made here, in the caller's thread: the caller may change
+        # its items once this returns control.
+        pairs: list[tuple[str, Mapping[str, Any]]] = []
+        for index, item in enumerate(cast(list[Any], items)):
             if not isinstance(item, Mapping):
-                raise TypeError(
-                    f"add_items: item {index} is a {type(item).__name__}, not a dict"
-                )
-        raws: list[str] = []
-        for index, item in enumerate(stored):
+                raise TypeError(f"add_items: item {index} is a {type(item).__name__}, not a dict")
             try:
                 raw = json.dumps(item)
             except (TypeError, ValueError) as exc:
@@ -516,287 +973,22 @@ class ConvlogSession:
                     f"add_items: item {index} is {len(raw.encode('utf-8'))} bytes of JSON; "
                     f"convlog keeps at most {TEXT_BYTES_MAX} bytes per item"
                 )
-            raws.append(raw)
-        pairs = list(zip(raws, [json.loads(raw) for raw in raws]))
-        await _run(lambda: self._add_items_sync(pairs), mutation=True)
+            pairs.append((raw, json.loads(raw)))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        size = sum(len(raw) for raw, _ in pairs)
+        self._state.flusher.submit(_Request(self._state, pairs, size, loop, future))
+        await _await_mutation(future)
 
     async def pop_item(self) -> Optional[TResponseInputItem]:
-        """Remove and return the last item ``get_items()`` returns (none when
-        it returns none). The log keeps it: a ``POP_KIND`` custom event names
+        """Remove and return the last item ``get_items()`` returns (None when
+        it returns none). The log keeps it: a ``POP_KIND`` custom event holds
         it, beside the ``messages_replaced`` event that leaves it out."""
         self._check_open()
-        return await _run(self._pop_item_sync, mutation=True)
+        return await _run(self._state.pop_item, mutation=True)
 
     async def clear_session(self) -> None:
         """Remove every item. The log keeps them: a ``CLEAR_KIND`` custom
         event and a ``messages_replaced`` event with no entries."""
         self._check_open()
-        await _run(self._clear_session_sync, mutation=True)
-
-    # ------------------------------------------------------------------ reads
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"ConvlogSession {self.session_id!r} is closed")
-
-    def _position(self) -> int:
-        """The store's next LSN, caught up with the writer for a read-only store."""
-        return self._store.refresh() if self._store.read_only else self._store.next_lsn
-
-    def _items_for(self, limit: Optional[int]) -> list[TResponseInputItem]:
-        """The items ``get_items(limit)`` returns, from the cache (under the lock)."""
-        if self._visible is None:
-            self._visible = [item.raw for item in _paired(self._items)]
-        visible = self._visible
-        if limit is not None and 0 <= limit < len(visible):
-            # Pairs again within the window: an output whose call is before
-            # the window would be sent without it.
-            window = _paired(self._items)[len(visible) - limit :] if limit else []
-            visible = [item.raw for item in _paired(window)]
-        return cast(list[TResponseInputItem], json.loads("[" + ",".join(visible) + "]"))
-
-    def _get_items_sync(self, limit: Optional[int]) -> list[TResponseInputItem]:
-        with self._lock:
-            self._refresh()
-            return self._items_for(limit)
-
-    def _refresh(self) -> None:
-        """Bring the cache up to date with the store (under the lock)."""
-        position = self._position()
-        if self._seen_next is not None:
-            if position == self._seen_next:
-                return
-            if not self._conversation_changed():
-                self._seen_next = position
-                return
-        self._load(position)
-
-    def _conversation_changed(self) -> bool:
-        """Whether the session's conversation has an event after the cache's."""
-        assert self._seen_next is not None
-        for lsn, event in self._store.events(self._seen_next, conversation_id=self.session_id):
-            if lsn > self._last_lsn and event.get("type") != "custom":
-                return True
-        return False
-
-    def _load(self, position: int) -> None:
-        """Read the session from the store into the cache."""
-        try:
-            conversation = self._store.conversation(self.session_id)
-        except ConversationNotFoundError:
-            entries: list[dict[str, Any]] = []
-            last_lsn = 0
-        else:
-            entries = conversation.entries
-            last_lsn = conversation.last_lsn
-        items: list[_Item] = []
-        run = _Run(None, 0, False, set())
-        call_names: dict[str, str] = {}
-        for entry in entries:
-            metadata = entry.get("metadata") or {}
-            raw = metadata.get(ITEM_KEY)
-            if raw is None:
-                continue  # an entry another writer recorded: not an SDK item
-            item = json.loads(raw)
-            items.append(_classify(raw, item))
-            if entry.get("evaluation_id") != run.evaluation_id:
-                run = _Run(entry.get("evaluation_id"), 0, False, set())
-            run.turn = int(entry.get("turn") or 0)
-            side = _side(item)
-            if side is not None:
-                run.assistant_last = side
-            for call in entry.get("tool_calls") or ():
-                run.calls.add(call["call_id"])
-                call_names[call["call_id"]] = call["name"]
-        self._items = items
-        self._visible = None
-        self._run = run
-        self._call_names = call_names
-        self._last_lsn = last_lsn
-        self._seen_next = position
-
-    # ----------------------------------------------------------------- writes
-
-    def _plan(
-        self, pairs: Sequence[tuple[str, Mapping[str, Any]]]
-    ) -> tuple[list[dict[str, Any]], _Run, dict[str, str]]:
-        """The events recording ``pairs`` (JSON text, item) after the cache's
-        state, and the run state and call names after them."""
-        run = self._run.copy()
-        names: dict[str, str] = {}
-        if run.evaluation_id is None or _is_user_message(pairs[0][1]):
-            run = _Run(uuid.uuid4().hex, 0, False, set())
-        def call_name(call_id: str) -> Optional[str]:
-            return names.get(call_id) or self._call_names.get(call_id)
-
-        events: list[dict[str, Any]] = []
-        for raw, item in pairs:
-            side = _side(item)
-            if side and not run.assistant_last:
-                run.turn += 1  # a new model response
-            if side is not None:
-                run.assistant_last = side
-            entry = _neutral(item, run, call_name)
-            for call in entry.get("tool_calls", ()):
-                run.calls.add(call["call_id"])
-                names[call["call_id"]] = call["name"]
-            kind = item.get("type")
-            entry["evaluation_id"] = run.evaluation_id
-            entry["turn"] = run.turn
-            entry["metadata"] = {
-                **entry.get("metadata", {}),
-                ITEM_KEY: raw,
-                TYPE_KEY: kind if isinstance(kind, str) and kind else "message",
-            }
-            events.append(
-                {
-                    "type": "conversation_recorded",
-                    "conversation_id": self.session_id,
-                    "entry": entry,
-                }
-            )
-        return events, run, names
-
-    def _append(
-        self, build: Callable[[], Optional[list[dict[str, Any]]]]
-    ) -> Optional[range]:
-        """Append what ``build`` returns (from the cache, under the lock; None:
-        nothing to append) if the conversation did not change since the cache
-        was read; on a conflict, read it again and retry."""
-        for _attempt in range(APPEND_ATTEMPTS_MAX):
-            if self._seen_next is None:
-                self._load(self._position())
-            try:
-                events = build()
-            except _Stale:
-                self._load(self._position())
-                continue
-            if events is None:
-                return None
-            try:
-                return self._store.append(
-                    events, expect_conversation=(self.session_id, self._last_lsn)
-                )
-            except ConflictError:
-                self._load(self._position())
-        raise ConflictError(
-            f"session {self.session_id!r}: other writers changed it during "
-            f"{APPEND_ATTEMPTS_MAX} attempts in a row"
-        )
-
-    def _note_appended(self, lsns: range) -> None:
-        """The cache holds the batch ``lsns`` just appended: the conditional
-        append proved no other event of the conversation came before it."""
-        self._last_lsn = lsns.stop - 1
-        self._seen_next = lsns.stop
-        self._visible = None
-
-    def _add_items_sync(self, pairs: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
-        with self._lock:
-            planned: list[tuple[_Run, dict[str, str]]] = []
-
-            def build() -> list[dict[str, Any]]:
-                events, run, names = self._plan(pairs)
-                planned[:] = [(run, names)]
-                return events
-
-            lsns = self._append(build)
-            assert lsns is not None
-            self._items.extend(_classify(raw, item) for raw, item in pairs)
-            self._run, names = planned[0]
-            self._call_names.update(names)
-            self._note_appended(lsns)
-
-    def _read_entries(self) -> list[dict[str, Any]]:
-        """The conversation's folded entries, as the cache knows it (else
-        ``_Stale``)."""
-        try:
-            conversation = self._store.conversation(self.session_id)
-        except ConversationNotFoundError:
-            if self._last_lsn != 0:
-                raise _Stale() from None
-            return []
-        if conversation.last_lsn != self._last_lsn:
-            raise _Stale()
-        return conversation.entries
-
-    def _pop_item_sync(self) -> Optional[TResponseInputItem]:
-        with self._lock:
-            popped: list[int] = []
-
-            def build() -> Optional[list[dict[str, Any]]]:
-                visible = _paired_indexes(self._items)
-                if not visible:
-                    return None
-                index = visible[-1]
-                entries = self._read_entries()
-                own = [
-                    position
-                    for position, entry in enumerate(entries)
-                    if ITEM_KEY in (entry.get("metadata") or {})
-                ]
-                if len(own) != len(self._items):
-                    raise _Stale()
-                target = own[index]
-                if entries[target]["metadata"][ITEM_KEY] != self._items[index].raw:
-                    raise _Stale()
-                popped[:] = [index]
-                payload = '{"item":' + self._items[index].raw + "}"
-                return [
-                    {
-                        "type": "custom",
-                        "kind": POP_KIND,
-                        "conversation_id": self.session_id,
-                        "payload": payload.encode("utf-8"),
-                    },
-                    {
-                        "type": "messages_replaced",
-                        "conversation_id": self.session_id,
-                        "entries": [
-                            _clean_entry(entry)
-                            for position, entry in enumerate(entries)
-                            if position != target
-                        ],
-                    },
-                ]
-
-            lsns = self._append(build)
-            if lsns is None:
-                return None
-            item = self._items.pop(popped[0])
-            self._note_appended(lsns)
-            return cast(TResponseInputItem, json.loads(item.raw))
-
-    def _clear_session_sync(self) -> None:
-        with self._lock:
-
-            def build() -> Optional[list[dict[str, Any]]]:
-                entries = self._read_entries()
-                if not entries:
-                    return None
-                payload = json.dumps({"items": len(self._items), "entries": len(entries)})
-                return [
-                    {
-                        "type": "custom",
-                        "kind": CLEAR_KIND,
-                        "conversation_id": self.session_id,
-                        "payload": payload.encode("utf-8"),
-                    },
-                    {
-                        "type": "messages_replaced",
-                        "conversation_id": self.session_id,
-                        "entries": [],
-                    },
-                ]
-
-            lsns = self._append(build)
-            if lsns is None:
-                return
-            self._items = []
-            self._run = _Run(None, 0, False, set())
-            self._call_names = {}
-            self._note_appended(lsns)
-
-
-class _Stale(Exception):
-    """The cache is behind the store: read again."""
+        await _run(self._state.clear_session, mutation=True)

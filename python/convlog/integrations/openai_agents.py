@@ -113,7 +113,20 @@ ID_BYTES_MAX = 256
 """convlog's limit on ids (session id, call id, tool name): docs/events.md."""
 
 TEXT_BYTES_MAX = 8 * 1024 * 1024
-"""convlog's limit on a text or metadata value: docs/events.md."""
+"""convlog's limit on a text or metadata value: docs/events.md. The largest
+item (its JSON text) a session takes."""
+
+NEUTRAL_ITEM_BYTES_MAX = 6 * 1024 * 1024
+"""Items larger than this (JSON text) get no neutral text: the entry holds
+the item verbatim only, so it stays within convlog's 16 MiB per event (a
+neutral text is at most as long as the item's JSON)."""
+
+ADD_ITEMS_MAX = 10_000
+"""Items one ``add_items`` call takes at most (one atomic batch)."""
+
+ADD_BYTES_MAX = 24 * 1024 * 1024
+"""Bytes of items (JSON text) one ``add_items`` call takes at most: with
+their neutral texts they stay within convlog's 64 MiB per batch."""
 
 APPEND_ATTEMPTS_MAX = 64
 """Conditional appends tried before giving up when other writers keep
@@ -244,10 +257,6 @@ class _Item:
     is_reasoning: bool
 
 
-def _describe(item: Mapping[str, Any]) -> _Item:
-    return _classify(json.dumps(item), item)
-
-
 def _classify(raw: str, item: Mapping[str, Any]) -> _Item:
     kind = item.get("type")
     call_id = item.get("call_id")
@@ -313,15 +322,29 @@ def _text_of(content: Any) -> Optional[str]:
     return None
 
 
+def _utf8_len(text: str) -> Optional[int]:
+    """The UTF-8 length of ``text``; None when it has no UTF-8 form (a lone
+    surrogate, which JSON text can carry escaped)."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
+
+
 def _bounded(text: Optional[str]) -> Optional[str]:
-    """A text within convlog's limit, else none (the item keeps it verbatim)."""
-    if text is None or len(text) * 4 <= TEXT_BYTES_MAX:
-        return text
-    return text if len(text.encode("utf-8")) <= TEXT_BYTES_MAX else None
+    """A text convlog takes as a neutral text, else None (the item keeps it
+    verbatim)."""
+    if text is None:
+        return None
+    size = _utf8_len(text)
+    return text if size is not None and size <= TEXT_BYTES_MAX else None
 
 
 def _is_id(value: Any) -> bool:
-    return isinstance(value, str) and 0 < len(value.encode("utf-8")) <= ID_BYTES_MAX
+    if not isinstance(value, str):
+        return False
+    size = _utf8_len(value)
+    return size is not None and 0 < size <= ID_BYTES_MAX
 
 
 def _is_user_message(item: Mapping[str, Any]) -> bool:
@@ -570,7 +593,10 @@ class _State:
                 run.turn += 1  # a new model response
             if side is not None:
                 run.assistant_last = side
-            entry = _neutral(item, run, call_name)
+            if len(raw) > NEUTRAL_ITEM_BYTES_MAX:
+                entry: dict[str, Any] = {"role": "assistant", "content": None}
+            else:
+                entry = _neutral(item, run, call_name)
             for tool_call in entry.get("tool_calls", ()):
                 run.calls.add(tool_call["call_id"])
                 names[tool_call["call_id"]] = tool_call["name"]
@@ -958,6 +984,11 @@ class ConvlogSession:
         self._check_open()
         if not items:
             return
+        if len(items) > ADD_ITEMS_MAX:
+            raise ValueError(
+                f"add_items: {len(items)} items in one call; at most {ADD_ITEMS_MAX} "
+                "(one atomic batch): add them in several calls"
+            )
         # JSON text made here, in the caller's thread: the caller may change
         # its items once this returns control.
         pairs: list[tuple[str, Mapping[str, Any]]] = []
@@ -968,15 +999,20 @@ class ConvlogSession:
                 raw = json.dumps(item)
             except (TypeError, ValueError) as exc:
                 raise TypeError(f"add_items: item {index} is not JSON-serializable: {exc}") from exc
-            if len(raw) * 4 > TEXT_BYTES_MAX and len(raw.encode("utf-8")) > TEXT_BYTES_MAX:
+            if len(raw) > TEXT_BYTES_MAX:
                 raise ValueError(
-                    f"add_items: item {index} is {len(raw.encode('utf-8'))} bytes of JSON; "
-                    f"convlog keeps at most {TEXT_BYTES_MAX} bytes per item"
+                    f"add_items: item {index} is {len(raw)} bytes of JSON; "
+                    f"a session keeps at most {TEXT_BYTES_MAX} bytes per item"
                 )
             pairs.append((raw, json.loads(raw)))
+        size = sum(len(raw) for raw, _ in pairs)  # JSON text is ASCII: bytes
+        if size > ADD_BYTES_MAX:
+            raise ValueError(
+                f"add_items: {size} bytes of items (JSON) in one call; at most "
+                f"{ADD_BYTES_MAX} (one atomic batch): add them in several calls"
+            )
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        size = sum(len(raw) for raw, _ in pairs)
         self._state.flusher.submit(_Request(self._state, pairs, size, loop, future))
         await _await_mutation(future)
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -326,3 +329,18 @@ async def test_a_cancelled_add_items_is_stored_or_not_never_half(store: convlog.
         await task
     # add_items waited for its batch before re-raising the cancellation: stored.
     assert await session.get_items() == [user("a"), user("b")]
+
+
+def test_the_example_runs(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "openai_agents_session.py"
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    done = subprocess.run(
+        [sys.executable, str(example), str(tmp_path / "store")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Rome: 18C and sunny (I remember 7 items" in done.stdout
+    assert "The session holds 8 items" in done.stdout

@@ -219,6 +219,7 @@ async def test_limit_gives_the_latest_items_in_order(make: Factory) -> None:
     assert await session.get_items(limit=5) == items
     assert await session.get_items(limit=50) == items
     assert await session.get_items(limit=0) == []
+    assert await session.get_items(limit=-1) == items  # SQLite's LIMIT: negative is all
     assert await session.get_items() == items
 
 

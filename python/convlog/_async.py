@@ -1,0 +1,175 @@
+"""asyncio twins of the blocking calls: :class:`AsyncStore`.
+
+Each method runs the native call in a worker thread (``asyncio.to_thread``);
+the native calls release the GIL, so the event loop and other threads run
+meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Optional
+
+from ._convlog import Conversation, Store, Tail
+from ._types import Durability, Event, StrPath
+
+
+class AsyncStore:
+    """A :class:`convlog.Store` whose blocking methods are awaitable.
+
+    Open with ``await AsyncStore.open(path, ...)`` (same arguments as
+    ``Store.open``) or wrap an open store: ``AsyncStore(store)``. The wrapped
+    store is ``.store``. ``async with`` closes it.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @classmethod
+    async def open(
+        cls,
+        path: StrPath,
+        durability: Durability = "group",
+        read_only: bool = False,
+        *,
+        interval_ms: Optional[int] = None,
+        snapshot_every_events: Optional[int] = None,
+    ) -> "AsyncStore":
+        store = await asyncio.to_thread(
+            Store.open,
+            path,
+            durability,
+            read_only,
+            interval_ms=interval_ms,
+            snapshot_every_events=snapshot_every_events,
+        )
+        return cls(store)
+
+    async def __aenter__(self) -> "AsyncStore":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.store.close)
+
+    @property
+    def closed(self) -> bool:
+        return self.store.closed
+
+    @property
+    def path(self) -> str:
+        return self.store.path
+
+    @property
+    def read_only(self) -> bool:
+        return self.store.read_only
+
+    @property
+    def next_lsn(self) -> int:
+        return self.store.next_lsn
+
+    async def append(
+        self,
+        events: Iterable[Mapping[str, Any]],
+        expect_conversation: Optional[tuple[str, int]] = None,
+    ) -> range:
+        # Converted to plain lists here, so a generator is not consumed in
+        # the worker thread while the caller's loop may still change it.
+        batch = list(events)
+        return await asyncio.to_thread(self.store.append, batch, expect_conversation)
+
+    async def conversation(self, conversation_id: str) -> Conversation:
+        return await asyncio.to_thread(self.store.conversation, conversation_id)
+
+    async def contains_conversation(self, conversation_id: str) -> bool:
+        return await asyncio.to_thread(self.store.contains_conversation, conversation_id)
+
+    async def conversation_ids(self) -> list[str]:
+        return await asyncio.to_thread(self.store.conversation_ids)
+
+    async def events(
+        self,
+        from_lsn: int = 0,
+        *,
+        conversation_id: Optional[str] = None,
+        kinds: Optional[Sequence[str]] = None,
+    ) -> AsyncIterator[tuple[int, Event]]:
+        """The events of ``Store.events`` as an async iterator."""
+        iterator = self.store.events(from_lsn, conversation_id=conversation_id, kinds=kinds)
+        while True:
+            item = await asyncio.to_thread(_next_or_none, iterator)
+            if item is None:
+                return
+            yield item
+
+    async def event(self, lsn: int) -> Event:
+        return await asyncio.to_thread(self.store.event, lsn)
+
+    async def tail(
+        self,
+        from_lsn: Optional[int] = None,
+        *,
+        conversation_id: Optional[str] = None,
+        kinds: Optional[Sequence[str]] = None,
+        idle_timeout: Optional[float] = None,
+        poll_interval: float = 0.05,
+    ) -> "AsyncTail":
+        """``Store.tail`` for asyncio: ``tail = await store.tail()`` starts it
+        (from the end of the log unless ``from_lsn`` is given), then
+        ``async for lsn, event in tail`` waits for the writer in a worker
+        thread, so the loop keeps running."""
+        tail = await asyncio.to_thread(
+            self.store.tail,
+            from_lsn,
+            conversation_id=conversation_id,
+            kinds=kinds,
+            idle_timeout=idle_timeout,
+            poll_interval=poll_interval,
+        )
+        return AsyncTail(tail)
+
+    async def sync(self) -> None:
+        await asyncio.to_thread(self.store.sync)
+
+    async def refresh(self) -> int:
+        return await asyncio.to_thread(self.store.refresh)
+
+    async def snapshot(self) -> int:
+        return await asyncio.to_thread(self.store.snapshot)
+
+
+class AsyncTail:
+    """An async iterator over a started :class:`convlog.Tail`."""
+
+    def __init__(self, tail: Tail) -> None:
+        self.tail = tail
+
+    def __aiter__(self) -> "AsyncTail":
+        return self
+
+    async def __anext__(self) -> tuple[int, Event]:
+        item = await asyncio.to_thread(_next_or_none, self.tail)
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+    @property
+    def next_lsn(self) -> int:
+        return self.tail.next_lsn
+
+
+def _next_or_none(iterator: Any) -> Optional[tuple[int, Event]]:
+    try:
+        item: tuple[int, Event] = next(iterator)
+        return item
+    except StopIteration:
+        return None

@@ -1,0 +1,15 @@
+"""Type aliases of the package (importable at run time, used by the stubs)."""
+
+from __future__ import annotations
+
+from os import PathLike
+from typing import Any, Literal, Union
+
+#: One event in its JSON form (docs/events.md), as a dict.
+Event = dict[str, Any]
+#: One entry (message) in its JSON form, as a dict.
+Entry = dict[str, Any]
+#: A path given to ``Store.open``.
+StrPath = Union[str, "PathLike[str]"]
+#: ``Store.open``'s durability.
+Durability = Literal["group", "sync", "none", "periodic"]

@@ -1,0 +1,203 @@
+//! Conversions between Python objects and the JSON form of events and
+//! entries (docs/events.md), done by hand so the Rust side sees exactly the
+//! JSON the CLI reads and the Python side gets plain dicts and lists.
+
+use base64::Engine;
+use pyo3::exceptions::PyOverflowError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde_json::{Map, Number, Value};
+
+/// Nesting deeper than this in an event is refused (a cycle, or a value no
+/// event holds): the limit keeps a self-referencing dict from recursing
+/// without end.
+pub const NESTING_DEPTH_MAX: usize = 64;
+
+/// Why a Python value has no JSON form, with the path of the value.
+pub struct Unconvertible {
+    /// Field path inside the value (`entry.tool_calls[0].status`).
+    pub field: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// A Python value (dict, list, tuple, str, int, float, bool, None) as JSON.
+/// `bytes` are refused except where `allow_bytes_at` names the field: there
+/// they become standard base64 (a custom event's `payload`).
+pub fn to_value(
+    object: &Bound<'_, PyAny>,
+    path: &str,
+    allow_bytes_at: Option<&str>,
+    depth: usize,
+) -> Result<Value, Unconvertible> {
+    let fail = |reason: String| Unconvertible {
+        field: path.to_string(),
+        reason,
+    };
+    if depth > NESTING_DEPTH_MAX {
+        return Err(fail(format!(
+            "nested more than {NESTING_DEPTH_MAX} levels deep (NESTING_DEPTH_MAX): no event field is"
+        )));
+    }
+    if object.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(flag) = object.cast::<PyBool>() {
+        return Ok(Value::Bool(flag.is_true()));
+    }
+    if let Ok(text) = object.cast::<PyString>() {
+        let text = text
+            .to_str()
+            .map_err(|error| fail(format!("a string that is not valid UTF-8: {error}")))?;
+        return Ok(Value::String(text.to_string()));
+    }
+    if object.cast::<PyInt>().is_ok() {
+        if let Ok(number) = object.extract::<u64>() {
+            return Ok(Value::Number(number.into()));
+        }
+        if let Ok(number) = object.extract::<i64>() {
+            return Ok(Value::Number(number.into()));
+        }
+        return Err(fail(format!(
+            "the integer {} does not fit in 64 bits",
+            object.str().map(|s| s.to_string()).unwrap_or_default()
+        )));
+    }
+    if let Ok(number) = object.cast::<PyFloat>() {
+        let number = number.value();
+        return Number::from_f64(number)
+            .map(Value::Number)
+            .ok_or_else(|| fail(format!("{number} has no JSON form")));
+    }
+    if let Ok(dict) = object.cast::<PyDict>() {
+        let mut map = Map::new();
+        for (key, item) in dict.iter() {
+            let key: String = match key.cast::<PyString>() {
+                Ok(key) => key.to_string(),
+                Err(_) => {
+                    return Err(fail(format!(
+                        "a dict key must be a string, found {}",
+                        type_name(&key)
+                    )))
+                }
+            };
+            let field = join(path, &key);
+            let value = to_value(&item, &field, allow_bytes_at, depth + 1)?;
+            map.insert(key, value);
+        }
+        return Ok(Value::Object(map));
+    }
+    if let Ok(list) = object.cast::<PyList>() {
+        return list
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                to_value(
+                    &item,
+                    &format!("{path}[{index}]"),
+                    allow_bytes_at,
+                    depth + 1,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array);
+    }
+    if let Ok(tuple) = object.cast::<PyTuple>() {
+        return tuple
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                to_value(
+                    &item,
+                    &format!("{path}[{index}]"),
+                    allow_bytes_at,
+                    depth + 1,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array);
+    }
+    if let Ok(bytes) = object.cast::<PyBytes>() {
+        if allow_bytes_at == Some(path) {
+            return Ok(Value::String(
+                base64::engine::general_purpose::STANDARD.encode(bytes.as_bytes()),
+            ));
+        }
+        return Err(fail(
+            "bytes are accepted only as a custom event's payload; give text as str".to_string(),
+        ));
+    }
+    Err(fail(format!(
+        "expected a JSON value (dict, list, str, int, float, bool or None), found {}",
+        type_name(object)
+    )))
+}
+
+fn type_name(object: &Bound<'_, PyAny>) -> String {
+    object
+        .get_type()
+        .name()
+        .map(|name| name.to_string())
+        .unwrap_or_else(|_| "an object".to_string())
+}
+
+/// JSON as Python objects: dicts, lists, str, int, float, bool, None.
+pub fn to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
+    Ok(match value {
+        Value::Null => py.None(),
+        Value::Bool(flag) => PyBool::new(py, *flag).to_owned().into_any().unbind(),
+        Value::Number(number) => {
+            if let Some(number) = number.as_u64() {
+                number.into_pyobject(py)?.into_any().unbind()
+            } else if let Some(number) = number.as_i64() {
+                number.into_pyobject(py)?.into_any().unbind()
+            } else if let Some(number) = number.as_f64() {
+                PyFloat::new(py, number).into_any().unbind()
+            } else {
+                return Err(PyOverflowError::new_err(format!(
+                    "the number {number} has no Python form"
+                )));
+            }
+        }
+        Value::String(text) => PyString::new(py, text).into_any().unbind(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(to_py(py, item)?)?;
+            }
+            list.into_any().unbind()
+        }
+        Value::Object(map) => {
+            let dict = PyDict::new(py);
+            for (key, item) in map {
+                dict.set_item(key, to_py(py, item)?)?;
+            }
+            dict.into_any().unbind()
+        }
+    })
+}
+
+/// An event's JSON form as a Python dict, with a custom event's payload as
+/// `bytes` (the JSON form holds it as base64).
+pub fn event_to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
+    let object = to_py(py, value)?;
+    if value.get("type").and_then(Value::as_str) == Some("custom") {
+        if let Some(Value::String(payload)) = value.get("payload") {
+            // The store wrote this base64 itself; it always decodes.
+            if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(payload) {
+                object
+                    .bind(py)
+                    .set_item("payload", PyBytes::new(py, &bytes))?;
+            }
+        }
+    }
+    Ok(object)
+}

@@ -1,0 +1,498 @@
+//! `convlog.Store`: a store opened for writing (holding its lock) or
+//! read-only (following the writer), with appends of JSON-form events and
+//! reads of conversations and raw events. Every call that touches the store
+//! runs with the GIL released.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use convlog::{AppendOptions, Durability, Expect, Store, StoreOptions};
+use parking_lot::{Mutex, RwLock};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyRange, PyTuple};
+use serde_json::Value;
+
+use crate::convert;
+use crate::errors;
+use crate::read::{EventFilter, EventIter, Tail};
+
+/// The fsync interval of `durability="periodic"` when none is given, in
+/// milliseconds (the CLI's default too).
+pub const PERIODIC_INTERVAL_MS_DEFAULT: u64 = 100;
+
+/// The durability named `name` (`group`, `sync`, `none`, `periodic`).
+fn durability(name: &str, interval_ms: Option<u64>) -> PyResult<Durability> {
+    if interval_ms.is_some() && name != "periodic" {
+        return Err(errors::invalid_argument(format!(
+            "interval_ms applies only to durability=\"periodic\", not {name:?}"
+        )));
+    }
+    Ok(match name {
+        "group" => Durability::Group,
+        "sync" => Durability::Sync,
+        "none" => Durability::None,
+        "periodic" => {
+            let interval = interval_ms.unwrap_or(PERIODIC_INTERVAL_MS_DEFAULT);
+            if interval == 0 {
+                return Err(errors::invalid_argument(
+                    "interval_ms must be at least 1".to_string(),
+                ));
+            }
+            Durability::Periodic(Duration::from_millis(interval))
+        }
+        other => return Err(errors::invalid_argument(format!(
+            "unknown durability {other:?} (expected \"group\", \"sync\", \"none\" or \"periodic\")"
+        ))),
+    })
+}
+
+/// A conversation's folded state: its entries in conversation order (in
+/// the entry JSON form, each call with its current status), its evaluations
+/// and the LSN of its last event (the version `expect_conversation` takes).
+#[pyclass(module = "convlog._convlog", name = "Conversation", frozen)]
+pub struct Conversation {
+    /// The conversation's id.
+    #[pyo3(get)]
+    conversation_id: String,
+    /// Its entries, as dicts in the entry JSON form.
+    #[pyo3(get)]
+    entries: Py<PyList>,
+    /// Evaluation ids in order of first appearance.
+    #[pyo3(get)]
+    evaluations: Py<PyList>,
+    /// The LSN of the conversation's last event (custom events aside).
+    #[pyo3(get)]
+    last_lsn: u64,
+    /// What the fold found odd: dicts with `lsn`, `call_id`, `detail`.
+    #[pyo3(get)]
+    anomalies: Py<PyList>,
+}
+
+#[pymethods]
+impl Conversation {
+    fn __len__(&self, py: Python<'_>) -> usize {
+        self.entries.bind(py).len()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "Conversation(conversation_id={:?}, entries={}, last_lsn={})",
+            self.conversation_id,
+            self.entries.bind(py).len(),
+            self.last_lsn
+        )
+    }
+}
+
+/// What a conversation read yields before it becomes Python objects
+/// (computed with the GIL released).
+pub struct ConversationData {
+    conversation_id: String,
+    entries: Vec<Value>,
+    evaluations: Vec<String>,
+    last_lsn: u64,
+    anomalies: Vec<Value>,
+}
+
+impl ConversationData {
+    pub fn of(slice: &convlog::ConversationSlice) -> convlog::Result<ConversationData> {
+        let entries = slice
+            .entries()
+            .map(serde_json::to_value)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| convlog::Error::JsonEncode {
+                lsn: slice.last_lsn(),
+                reason: error.to_string(),
+            })?;
+        let anomalies = slice
+            .anomalies()
+            .iter()
+            .map(|anomaly| {
+                serde_json::json!({
+                    "lsn": anomaly.lsn, "call_id": anomaly.call_id, "detail": anomaly.detail,
+                })
+            })
+            .collect();
+        Ok(ConversationData {
+            conversation_id: slice.conversation_id().to_string(),
+            entries,
+            evaluations: slice.evaluations().to_vec(),
+            last_lsn: slice.last_lsn(),
+            anomalies,
+        })
+    }
+
+    pub fn into_py(self, py: Python<'_>) -> PyResult<Conversation> {
+        let entries = PyList::empty(py);
+        for entry in &self.entries {
+            entries.append(convert::to_py(py, entry)?)?;
+        }
+        let anomalies = PyList::empty(py);
+        for anomaly in &self.anomalies {
+            anomalies.append(convert::to_py(py, anomaly)?)?;
+        }
+        Ok(Conversation {
+            conversation_id: self.conversation_id,
+            entries: entries.unbind(),
+            evaluations: PyList::new(py, &self.evaluations)?.unbind(),
+            last_lsn: self.last_lsn,
+            anomalies: anomalies.unbind(),
+        })
+    }
+}
+
+/// The next free sequence of an evaluation in the store (0 when the
+/// conversation or the evaluation is new).
+fn next_sequence(store: &Store, conversation_id: &str, evaluation_id: &str) -> Result<u64, String> {
+    match store.conversation(conversation_id) {
+        Ok(slice) => Ok(slice.next_sequence(evaluation_id)),
+        Err(convlog::Error::ConversationNotFound { .. }) => Ok(0),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// Converts a list of event dicts into the JSON text of one batch, or the
+/// `InvalidEventError` naming the event and field.
+pub fn batch_text(py: Python<'_>, events: &Bound<'_, PyAny>) -> PyResult<String> {
+    if events.cast::<PyDict>().is_ok() {
+        return Err(errors::invalid_event(
+            py,
+            "events: expected a list of events (dicts), found one dict: wrap it in a list"
+                .to_string(),
+            None,
+            None,
+            "expected a list of events, found a dict".to_string(),
+        ));
+    }
+    let items: Vec<Bound<'_, PyAny>> = if let Ok(list) = events.cast::<PyList>() {
+        list.iter().collect()
+    } else if let Ok(tuple) = events.cast::<PyTuple>() {
+        tuple.iter().collect()
+    } else {
+        events
+            .try_iter()
+            .map_err(|_| {
+                let found = events
+                    .get_type()
+                    .name()
+                    .map(|name| name.to_string())
+                    .unwrap_or_default();
+                errors::invalid_event(
+                    py,
+                    format!("events: expected a list of events (dicts), found {found}"),
+                    None,
+                    None,
+                    format!("expected a list of events, found {found}"),
+                )
+            })?
+            .collect::<PyResult<Vec<_>>>()?
+    };
+    let mut values = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        if item.cast::<PyDict>().is_err() {
+            let found = item
+                .get_type()
+                .name()
+                .map(|name| name.to_string())
+                .unwrap_or_default();
+            return Err(errors::invalid_event(
+                py,
+                format!("events[{index}]: expected an event (a dict), found {found}"),
+                Some(index),
+                None,
+                format!("expected an event (a dict), found {found}"),
+            ));
+        }
+        let value = convert::to_value(item, "", Some("payload"), 0).map_err(|fault| {
+            errors::invalid_event(
+                py,
+                format!("events[{index}].{}: {}", fault.field, fault.reason),
+                Some(index),
+                Some(fault.field.clone()),
+                fault.reason,
+            )
+        })?;
+        values.push(value);
+    }
+    serde_json::to_string(&Value::Array(values))
+        .map_err(|error| errors::invalid_argument(format!("events: {error}")))
+}
+
+/// A convlog store: the event log, conversations folded from it, and
+/// snapshots. See docs/python.md.
+#[pyclass(module = "convlog._convlog", name = "Store", frozen)]
+pub struct PyStore {
+    dir: PathBuf,
+    read_only: bool,
+    inner: RwLock<Option<Arc<Store>>>,
+    /// Held by appends that leave a sequence for the store to fill, from
+    /// reading the next sequence until the batch is appended, so two such
+    /// appends of one evaluation never get the same sequence.
+    sequences: Mutex<()>,
+}
+
+impl PyStore {
+    /// The open store, or `StoreClosedError`.
+    pub fn store(&self, py: Python<'_>) -> PyResult<Arc<Store>> {
+        self.inner
+            .read()
+            .clone()
+            .ok_or_else(|| errors::closed(py, &self.dir))
+    }
+
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+}
+
+#[pymethods]
+impl PyStore {
+    /// Opens (creating if need be) the store at `path`.
+    #[staticmethod]
+    #[pyo3(signature = (path, durability="group", read_only=false, *, interval_ms=None, snapshot_every_events=None))]
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        durability: &str,
+        read_only: bool,
+        interval_ms: Option<u64>,
+        snapshot_every_events: Option<u64>,
+    ) -> PyResult<PyStore> {
+        let mut options =
+            StoreOptions::new().durability(self::durability(durability, interval_ms)?);
+        if snapshot_every_events.is_some() {
+            options = options.snapshot_every_events(snapshot_every_events);
+        }
+        let dir = path.clone();
+        let store = py
+            .detach(|| {
+                if read_only {
+                    Store::open_read_only(&dir, options)
+                } else {
+                    Store::open(&dir, options)
+                }
+            })
+            .map_err(errors::to_py)?;
+        Ok(PyStore {
+            dir: path,
+            read_only,
+            inner: RwLock::new(Some(Arc::new(store))),
+            sequences: Mutex::new(()),
+        })
+    }
+
+    /// Closes the store: releases the writer's lock (once no call in another
+    /// thread still uses it). Idempotent.
+    fn close(&self, py: Python<'_>) {
+        let store = self.inner.write().take();
+        py.detach(move || drop(store));
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.read().is_none()
+    }
+
+    /// The store directory, as given to `open`.
+    #[getter]
+    fn path(&self) -> String {
+        self.dir.to_string_lossy().into_owned()
+    }
+
+    /// Whether the store was opened read-only.
+    #[getter]
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "convlog.Store({:?}{}{})",
+            self.dir.display().to_string(),
+            if self.read_only {
+                ", read_only=True"
+            } else {
+                ""
+            },
+            if self.inner.read().is_none() {
+                ", closed"
+            } else {
+                ""
+            }
+        )
+    }
+
+    /// Appends `events` (dicts in the JSON form of docs/events.md) as one
+    /// atomic batch; returns the LSNs it got as a `range`.
+    #[pyo3(signature = (events, expect_conversation=None))]
+    fn append<'py>(
+        &self,
+        py: Python<'py>,
+        events: &Bound<'py, PyAny>,
+        expect_conversation: Option<(String, u64)>,
+    ) -> PyResult<Bound<'py, PyRange>> {
+        let store = self.store(py)?;
+        let text = batch_text(py, events)?;
+        let lsns = py
+            .detach(|| {
+                let mut held = None;
+                let events =
+                    convlog::json::parse_line(1, &text, &mut |conversation, evaluation| {
+                        if held.is_none() {
+                            held = Some(self.sequences.lock());
+                        }
+                        next_sequence(&store, conversation, evaluation)
+                    })?;
+                let mut options = AppendOptions::new();
+                if let Some((conversation_id, last_lsn)) = expect_conversation {
+                    options = options.expect(Expect::conversation(conversation_id, last_lsn));
+                }
+                store.append_with(&events, options)
+            })
+            .map_err(errors::to_py)?;
+        PyRange::new(py, lsns.start as isize, lsns.end as isize)
+    }
+
+    /// The conversation's folded state; `ConversationNotFoundError` if no
+    /// event of it was ever recorded.
+    fn conversation(&self, py: Python<'_>, conversation_id: &str) -> PyResult<Conversation> {
+        let store = self.store(py)?;
+        let data = py
+            .detach(|| ConversationData::of(&store.conversation(conversation_id)?))
+            .map_err(errors::to_py)?;
+        data.into_py(py)
+    }
+
+    /// Whether any event of the conversation was recorded.
+    fn contains_conversation(&self, py: Python<'_>, conversation_id: &str) -> PyResult<bool> {
+        let store = self.store(py)?;
+        Ok(py.detach(|| store.contains_conversation(conversation_id)))
+    }
+
+    /// Every conversation's id, sorted.
+    fn conversation_ids(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let store = self.store(py)?;
+        let mut ids = py.detach(|| store.conversation_ids());
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// The events from `from_lsn` on, in LSN order, as `(lsn, event)`.
+    #[pyo3(signature = (from_lsn=0, *, conversation_id=None, kinds=None))]
+    fn events(
+        &self,
+        py: Python<'_>,
+        from_lsn: u64,
+        conversation_id: Option<String>,
+        kinds: Option<Vec<String>>,
+    ) -> PyResult<EventIter> {
+        let store = self.store(py)?;
+        let filter = EventFilter::new(conversation_id, kinds);
+        let cursor = py.detach(|| {
+            let first = store.log().first_lsn();
+            store.log().iter_from(from_lsn.max(first).max(1))
+        });
+        Ok(EventIter::new(cursor, filter))
+    }
+
+    /// The event at `lsn`; `EventNotFoundError` (a `KeyError`) if the log
+    /// holds none there.
+    fn event(&self, py: Python<'_>, lsn: u64) -> PyResult<Py<PyAny>> {
+        let store = self.store(py)?;
+        let found = py
+            .detach(|| -> convlog::Result<Option<Value>> {
+                if lsn == 0 {
+                    return Ok(None);
+                }
+                let mut cursor = store.log().iter_from(lsn);
+                match cursor.next() {
+                    Some(record) => {
+                        let record = record?;
+                        if record.lsn != lsn {
+                            return Ok(None);
+                        }
+                        Ok(Some(crate::read::event_value(
+                            record.lsn,
+                            &record.event()?,
+                        )?))
+                    }
+                    None => Ok(None),
+                }
+            })
+            .map_err(errors::to_py)?;
+        match found {
+            Some(value) => convert::event_to_py(py, &value),
+            None => Err(errors::raise(
+                py,
+                "EventNotFoundError",
+                "EventNotFound",
+                format!("store {} holds no event at LSN {lsn}", self.dir.display()),
+                &[("lsn", lsn.into_pyobject(py)?.into_any().unbind())],
+            )),
+        }
+    }
+
+    /// Follows the log: an iterator of `(lsn, event)` that waits for the
+    /// writer's next events (see docs/python.md).
+    #[pyo3(signature = (from_lsn=None, *, conversation_id=None, kinds=None, idle_timeout=None, poll_interval=0.05))]
+    fn tail(
+        &self,
+        py: Python<'_>,
+        from_lsn: Option<u64>,
+        conversation_id: Option<String>,
+        kinds: Option<Vec<String>>,
+        idle_timeout: Option<f64>,
+        poll_interval: f64,
+    ) -> PyResult<Tail> {
+        let store = self.store(py)?;
+        Tail::open(
+            py,
+            &store,
+            &self.dir,
+            from_lsn,
+            EventFilter::new(conversation_id, kinds),
+            idle_timeout,
+            poll_interval,
+        )
+    }
+
+    /// The LSN the next event will get (read-only: one past the last event
+    /// read so far).
+    #[getter]
+    fn next_lsn(&self, py: Python<'_>) -> PyResult<u64> {
+        let store = self.store(py)?;
+        Ok(store.log().next_lsn())
+    }
+
+    /// Makes every acknowledged event durable (for `durability="none"`).
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        let store = self.store(py)?;
+        py.detach(|| store.sync()).map_err(errors::to_py)
+    }
+
+    /// Read-only store: catches up with what the writer appended; returns
+    /// the next LSN. A writer returns its next LSN.
+    fn refresh(&self, py: Python<'_>) -> PyResult<u64> {
+        let store = self.store(py)?;
+        py.detach(|| store.refresh()).map_err(errors::to_py)
+    }
+
+    /// Writes a snapshot now; returns its LSN.
+    fn snapshot(&self, py: Python<'_>) -> PyResult<u64> {
+        let store = self.store(py)?;
+        py.detach(|| store.snapshot().map(|info| info.lsn))
+            .map_err(errors::to_py)
+    }
+}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
+from agents import Agent, RunConfig, Runner, SessionSettings, function_tool, set_tracing_disabled
 
 import convlog
 import convlog.integrations.openai_agents as openai_agents
@@ -245,6 +245,11 @@ async def test_bad_input_is_refused_with_what_and_where(store: convlog.Store) ->
         ConvlogSession("s" * 257, store)
     with pytest.raises(ValueError, match="session_id"):
         ConvlogSession("", store)
+    with pytest.raises(TypeError, match="Unknown session settings: limt"):
+        ConvlogSession("settings", store, session_settings={"limt": 3})
+    assert ConvlogSession("settings", store, session_settings={"limit": 3}).session_settings == (
+        SessionSettings(limit=3)
+    )
     session = ConvlogSession("bad", store)
     with pytest.raises(TypeError, match="item 1 is not JSON-serializable"):
         unserializable: Any = {"role": "user", "content": object()}

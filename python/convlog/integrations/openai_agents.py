@@ -50,7 +50,7 @@ import os
 import threading
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +58,7 @@ from typing import Any, Literal, Optional, TypeVar, Union, cast
 
 try:
     from agents.items import TResponseInputItem
-    from agents.memory.session_settings import SessionSettings
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "convlog.integrations.openai_agents needs the OpenAI Agents SDK: "
@@ -90,7 +90,8 @@ POP_KIND = "openai_agents.pop_item"
 """Kind of the custom event ``pop_item`` records: payload ``{"item": ...}``."""
 
 CLEAR_KIND = "openai_agents.clear_session"
-"""Kind of the custom event ``clear_session`` records: payload ``{"items": N}``."""
+"""Kind of the custom event ``clear_session`` records: payload
+``{"items": N, "entries": N}`` (the SDK items and all entries removed)."""
 
 CALL_OUTPUT_TYPES: Mapping[str, str] = {
     "function_call": "function_call_output",
@@ -129,8 +130,9 @@ ADD_BYTES_MAX = 24 * 1024 * 1024
 their neutral texts they stay within convlog's 64 MiB per batch."""
 
 APPEND_ATTEMPTS_MAX = 64
-"""Conditional appends tried before giving up when other writers keep
-changing the same session (each conflict re-reads it)."""
+"""Conditional appends ``pop_item`` and ``clear_session`` try before giving
+up when other writers keep changing the same conversation (each conflict
+re-reads it)."""
 
 INLINE_CHECK_EVENTS_MAX = 256
 """``get_items`` checks at most this many new events of the store in the
@@ -448,10 +450,6 @@ def _clean_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
-class _Stale(Exception):
-    """The cache is behind the store: read again."""
-
-
 class _State:
     """One session's state in the process, shared by every ``ConvlogSession``
     of the same store and session id: the lock that orders their work and
@@ -644,7 +642,9 @@ class _State:
         else:
             self.own.append(lsns)
 
-    def replace(self, build: Callable[[list[dict[str, Any]]], Optional[list[dict[str, Any]]]]) -> Optional[range]:
+    def replace(
+        self, build: Callable[[list[dict[str, Any]]], Optional[list[dict[str, Any]]]]
+    ) -> Optional[range]:
         """Append what ``build`` makes of the conversation's entries (None:
         nothing to do), if the conversation did not change since it was read
         (a conditional append); else read it again and retry."""
@@ -688,8 +688,12 @@ class _State:
                     for position, entry in enumerate(entries)
                     if ITEM_KEY in (entry.get("metadata") or {})
                 ]
-                target = own[index]
-                assert entries[target]["metadata"][ITEM_KEY] == self.items[index].raw
+                target = own[index] if len(own) == len(self.items) else -1
+                if target < 0 or entries[target]["metadata"][ITEM_KEY] != self.items[index].raw:
+                    raise RuntimeError(
+                        f"session {self.session_id!r}: its cached items differ from the "
+                        "store's entries at the same LSN (a bug: please report it)"
+                    )
                 popped[:] = [index]
                 payload = '{"item":' + self.items[index].raw + "}"
                 return [
@@ -918,12 +922,15 @@ class ConvlogSession:
                 f"(a convlog conversation id), got {session_id!r:.300}"
             )
         self.session_id = session_id
-        if session_settings is None:
-            self.session_settings = SessionSettings()
-        elif isinstance(session_settings, SessionSettings):
-            self.session_settings = session_settings
-        else:
-            self.session_settings = SessionSettings(**dict(session_settings))
+        self.session_settings = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(
+                session_settings
+                if isinstance(session_settings, SessionSettings)
+                else dict(session_settings)
+            )
+        )
         if isinstance(store, Store):
             self._store = store
             self._owns_store = False

@@ -152,6 +152,8 @@ def main() -> None:
         with ConvlogSaver.open(convlog_dir) as c_saver:
             c_steps = replay(c_saver, calls)
             c_get = time_get_tuple(c_saver)
+        with ConvlogSaver.open(root / "convlog-none", durability="none") as n_saver:
+            n_steps = replay(n_saver, calls)
         sqlite_file = root / "sqlite" / "checkpoints.sqlite"
         sqlite_file.parent.mkdir()
         conn = sqlite3.connect(sqlite_file, check_same_thread=False)
@@ -181,6 +183,8 @@ def main() -> None:
         print(f"| put + put_writes per step, mean | {us(c_mean)} | {us(s_mean)} | {s_mean / c_mean:.2f}x |")
         print(f"| put + put_writes per step, median | {us(c_p50)} | {us(s_p50)} | {s_p50 / c_p50:.2f}x |")
         print(f"| put + put_writes, last 50 steps, mean | {us(statistics.fmean(c_steps[-50:]))} | {us(statistics.fmean(s_steps[-50:]))} | {statistics.fmean(s_steps[-50:]) / statistics.fmean(c_steps[-50:]):.2f}x |")
+        n_mean = statistics.fmean(n_steps)
+        print(f"| put + put_writes per step, mean, convlog durability none (no fsync) | {us(n_mean)} | - | - |")
         print(f"| get_tuple (latest), same process | {us(c_get)} | {us(s_get)} | {s_get / c_get:.2f}x |")
         print(f"| open | {us(c_open)} | {us(s_open)} | {s_open / c_open:.2f}x |")
         print(f"| first get_tuple after open | {us(c_first)} | {us(s_first)} | {s_first / c_first:.2f}x |")

@@ -305,3 +305,13 @@ def test_a_channel_that_alternates_with_a_tiny_value_still_gets_deltas(tmp_path:
         assert all("o" in n for n in big), [sorted(n) for n in big]
         tup = saver.get_tuple(config)
         assert tup is not None and tup.checkpoint["channel_values"] == {"tasks": []}
+
+
+def test_the_example_runs(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "langgraph_checkpointer.py"
+    done = subprocess.run([sys.executable, str(example), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "turns: 2 | checkpoints: 6"

@@ -13,12 +13,20 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import pytest
-from agents import Agent, Runner, SessionSettings, SQLiteSession, set_tracing_disabled
+from agents import (
+    Agent,
+    Runner,
+    RunState,
+    SessionSettings,
+    SQLiteSession,
+    function_tool,
+    set_tracing_disabled,
+)
 from agents.memory import Session
 
 import convlog
 from convlog.integrations.openai_agents import ConvlogSession
-from openai_agents_support.scripted import ScriptedModel, dangling, say
+from openai_agents_support.scripted import ScriptedModel, call, dangling, say
 
 set_tracing_disabled(True)  # no trace export: nothing may reach the network
 
@@ -437,3 +445,56 @@ async def test_pop_item_of_a_session_with_a_dangling_call(make: Factory, backend
         assert _json(popped) == CALL
         assert await session.get_items() == [user("q")]
 
+
+
+@pytest.mark.asyncio
+async def test_an_approved_call_resumed_completes(make: Factory) -> None:
+    """The SDK stores a call that waits for an approval without its output;
+    the approved run adds the output and the answer (the state round-trips
+    through JSON, as a host resuming in another process does)."""
+
+    @function_tool(needs_approval=True)
+    def book(city: str) -> str:
+        """Books a trip."""
+        return f"booked {city}"
+
+    session = make("approval")
+    model = ScriptedModel([[call("book", '{"city":"Rome"}', "call_book")], [say("Booked.")]])
+    agent = Agent(name="a", model=model, tools=[book])
+    first = await Runner.run(agent, "Book Rome", session=session)
+    assert len(first.interruptions) == 1
+    state = await RunState.from_json(agent, first.to_state().to_json())
+    state.approve(state.get_interruptions()[0])
+    second = await Runner.run(agent, state, session=session)
+    assert second.final_output == "Booked."
+    items: Any = await session.get_items()
+    assert [i.get("type", "message") for i in items] == [
+        "message", "function_call", "function_call_output", "message",
+    ]
+    assert items[2]["output"] == "booked Rome"
+    assert dangling(model.requests[1]) == []
+
+
+@pytest.mark.asyncio
+async def test_a_streamed_run_records_the_same_items(make: Factory) -> None:
+    @function_tool
+    def lookup(city: str) -> str:
+        """Looks a city up."""
+        return f"{city}: found"
+
+    from agents.testing import ScriptedModel as SDKScriptedModel
+    from agents.testing import assistant_message, function_call
+
+    session = make("streamed")
+    model = SDKScriptedModel(
+        [[function_call("lookup", {"city": "Oslo"}, call_id="call_s")], [assistant_message("Found.")]]
+    )
+    result = Runner.run_streamed(Agent(name="a", model=model, tools=[lookup]), "Oslo?", session=session)
+    async for _ in result.stream_events():
+        pass
+    assert result.final_output == "Found."
+    items: Any = await session.get_items()
+    assert [i.get("type", "message") for i in items] == [
+        "message", "function_call", "function_call_output", "message",
+    ]
+    assert items[2]["output"] == "Oslo: found"

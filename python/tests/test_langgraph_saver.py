@@ -4,17 +4,22 @@ thread ids, reopening, followers, concurrency, and its size against SqliteSaver.
 from __future__ import annotations
 
 import asyncio
+import operator
 import random
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import ormsgpack
 import pytest
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, empty_checkpoint
+from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, CheckpointMetadata, empty_checkpoint
 from langgraph.checkpoint.serde.types import ERROR
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+from typing_extensions import TypedDict
 from langgraph_support.graph import ToolHooks, build_graph, normalised, user_message
 
 import convlog
@@ -315,3 +320,71 @@ def test_the_example_runs(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(example), str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "turns: 2 | checkpoints: 6"
+
+
+# ------------------------------------------------------------------ real graphs: async, interrupts, subgraphs
+
+
+class _Counter(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def _graph_with_interrupt_in_subgraph(saver: BaseCheckpointSaver[Any]) -> Any:
+    def ask(state: _Counter) -> dict[str, Any]:
+        answer = interrupt("name?")
+        return {"log": [f"hello {answer}"]}
+
+    sub = StateGraph(_Counter)
+    sub.add_node("ask", ask)
+    sub.add_edge(START, "ask")
+    sub.add_edge("ask", END)
+
+    def before(state: _Counter) -> dict[str, Any]:
+        return {"log": ["before"]}
+
+    parent = StateGraph(_Counter)
+    parent.add_node("before", before)
+    parent.add_node("sub", sub.compile())
+    parent.add_edge(START, "before")
+    parent.add_edge("before", "sub")
+    parent.add_edge("sub", END)
+    return parent.compile(checkpointer=saver)
+
+
+def test_interrupt_in_a_subgraph_resumes_from_a_reopened_store(tmp_path: Path) -> None:
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    with ConvlogSaver.open(tmp_path) as saver:
+        graph = _graph_with_interrupt_in_subgraph(saver)
+        out = graph.invoke({"log": []}, config)
+        assert [i.value for i in out["__interrupt__"]] == ["name?"]
+        namespaces = {ns for p in _payloads(saver.store, KIND_CHECKPOINT) for ns in [p["n"]]}
+        assert "" in namespaces and any(ns.startswith("sub:") for ns in namespaces)
+    with ConvlogSaver.open(tmp_path) as reopened:
+        graph = _graph_with_interrupt_in_subgraph(reopened)
+        state = graph.get_state(config, subgraphs=True)
+        assert state.next == ("sub",)
+        assert [i.value for i in state.interrupts] == ["name?"]
+        out = graph.invoke(Command(resume="Ada"), config)
+    # The same run in memory, without the reopen, ends the same.
+    memory = _graph_with_interrupt_in_subgraph(InMemorySaver())
+    memory.invoke({"log": []}, config)
+    expected = memory.invoke(Command(resume="Ada"), config)
+    assert out == expected
+    assert "hello Ada" in out["log"]
+
+
+def test_a_real_graph_runs_on_the_async_methods(tmp_path: Path) -> None:
+    async def run() -> list[Any]:
+        async with ConvlogSaver.open(tmp_path) as saver:
+            graph = build_graph(saver, ToolHooks())
+            config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+            for turn in (1, 2):
+                await graph.ainvoke({"messages": [user_message(turn, ["paris", "oslo"])]}, config)
+            state = await graph.aget_state(config)
+            history = [s async for s in graph.aget_state_history(config)]
+            assert len(history) == 10
+            return list(state.values["messages"])
+
+    messages = asyncio.run(run())
+    assert [m.type for m in messages] == ["human", "ai", "tool", "tool", "ai"] * 2
+    assert messages[-1].content == "Report 2: oslo: 12C; paris: 15C"

@@ -145,17 +145,21 @@ async def _get_items_round(base: Path, name: str, size: int, reads: int, after_w
         _dispose(backend)
 
 
-async def _median(rounds: int, run: Callable[[str], Awaitable[float]]) -> dict[str, float]:
-    """Median per backend over `rounds`, the backends alternating within each round."""
+async def _rounds(rounds: int, run: Callable[[str], Awaitable[float]]) -> dict[str, list[float]]:
+    """Each backend's figure of each round, the backends alternating within each round."""
     results: dict[str, list[float]] = {"convlog": [], "sqlite": []}
     for _ in range(rounds):
         for name in results:
             results[name].append(await run(name))
-    return {name: statistics.median(values) for name, values in results.items()}
+    return results
 
 
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:,.0f} us"
+def _us(values: list[float]) -> str:
+    """The median, and the range over the rounds in brackets."""
+    return (
+        f"{statistics.median(values) * 1e6:,.0f} us "
+        f"[{min(values) * 1e6:,.0f}–{max(values) * 1e6:,.0f}]"
+    )
 
 
 async def main() -> None:
@@ -171,23 +175,25 @@ async def main() -> None:
     command = "python python/benches/bench_session.py " + " ".join(sys.argv[1:])
     print(f"command: {command.strip()}")
     print(f"directory: {base}; rounds: {args.rounds}; median of the rounds\n")
-    rows: list[tuple[str, float, float]] = []
+    rows: list[tuple[str, list[float], list[float]]] = []
     for sessions in (1, 16):
-        result = await _median(
+        result = await _rounds(
             args.rounds, lambda name: _add_items_round(base, name, sessions, args.ops)
         )
-        rows.append((f"add_items, 1 item, durable, {sessions} session(s)", result["sqlite"], result["convlog"]))
+        label = f"add_items, 1 item, durable, {sessions} session{'s' if sessions > 1 else ''}"
+        rows.append((label, result["sqlite"], result["convlog"]))
     for after_writes in (False, True):
-        result = await _median(
+        result = await _rounds(
             args.rounds,
             lambda name: _get_items_round(base, name, args.items, args.reads, after_writes),
         )
-        label = "after writes" if after_writes else "warm"
+        label = "after another session wrote" if after_writes else "warm"
         rows.append((f"get_items() of {args.items} items, {label}", result["sqlite"], result["convlog"]))
-    print("| operation | SQLiteSession | ConvlogSession | ratio |")
+    print("| operation | SQLiteSession | ConvlogSession | ratio of medians |")
     print("|---|---|---|---|")
     for label, sqlite, ours in rows:
-        print(f"| {label} | {_us(sqlite)} | {_us(ours)} | {sqlite / ours:.1f}x |")
+        ratio = statistics.median(sqlite) / statistics.median(ours)
+        print(f"| {label} | {_us(sqlite)} | {_us(ours)} | {ratio:.1f}× |")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, TypeVar, Union, cast
+from typing import Any, Optional, TypeVar, Union, cast
 
 try:
     from agents.items import TResponseInputItem
@@ -67,9 +67,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from .._convlog import Store
 from .._errors import ConflictError, ConversationNotFoundError, ConvlogError
-
-Durability = Literal["group", "sync", "none", "periodic"]
-"""The store durabilities (``convlog.Store.open``)."""
+from .._types import Durability
 
 __all__ = [
     "CALL_OUTPUT_TYPES",

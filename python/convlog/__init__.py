@@ -13,9 +13,20 @@ pattern (one writer process, read-only openers beside it).
 
 from __future__ import annotations
 
-from ._async import AsyncStore, AsyncTail
-from ._convlog import Conversation, EventIter, Store, Tail, __version__
-from ._types import Durability, Entry, Event, StrPath
+from ._async import AsyncMessageControl, AsyncStore, AsyncTail
+from ._convlog import (
+    Conversation,
+    EventIter,
+    HistoryManager,
+    MessageControl,
+    Store,
+    Tail,
+    __version__,
+    ingest,
+    render,
+    verify,
+)
+from ._types import Durability, Entry, Event, Generator, Pending, Provider, StrPath
 from ._errors import (
     AnonymousPrivateContextError,
     CallsWithoutResponsesError,
@@ -49,6 +60,7 @@ from ._errors import (
 
 __all__ = [
     "AnonymousPrivateContextError",
+    "AsyncMessageControl",
     "AsyncStore",
     "AsyncTail",
     "CallsWithoutResponsesError",
@@ -69,14 +81,19 @@ __all__ = [
     "EventIter",
     "EventNotFoundError",
     "GenerationFailedError",
+    "Generator",
+    "HistoryManager",
     "InvalidEventError",
     "InvalidOptionError",
     "LimitExceededError",
     "LockedError",
+    "MessageControl",
     "MessageControlError",
     "NotAStoreError",
     "NotContextOwnerError",
+    "Pending",
     "PromptMismatchError",
+    "Provider",
     "ProviderFormatError",
     "ReadOnlyError",
     "ResponseBeforeCallError",
@@ -87,4 +104,7 @@ __all__ = [
     "StrPath",
     "Tail",
     "__version__",
+    "ingest",
+    "render",
+    "verify",
 ]

@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional
 
-from ._convlog import Conversation, Store, Tail
-from ._types import Durability, Event, StrPath
+from ._convlog import Conversation, HistoryManager, Store, Tail
+from ._convlog import MessageControl as _MessageControl
+from ._types import Durability, Event, Pending, Provider, StrPath
 
 
 class AsyncStore:
@@ -145,6 +146,122 @@ class AsyncStore:
 
     async def snapshot(self) -> int:
         return await asyncio.to_thread(self.store.snapshot)
+
+    async def resume(
+        self,
+        conversation_id: str,
+        *,
+        evaluation_id: Optional[str] = None,
+        prompt: Optional[tuple[Optional[str], Optional[str]]] = None,
+    ) -> dict[str, Any]:
+        return await asyncio.to_thread(
+            self.store.resume, conversation_id, evaluation_id=evaluation_id, prompt=prompt
+        )
+
+    async def recorded_result(self, conversation_id: str, call_id: str) -> Optional[Event]:
+        return await asyncio.to_thread(self.store.recorded_result, conversation_id, call_id)
+
+    async def render(
+        self,
+        conversation_id: str,
+        provider: Provider,
+        *,
+        evaluation_id: Optional[str] = None,
+        history: Optional[HistoryManager] = None,
+        record_curation: bool = False,
+        pending: Pending = "drop",
+        default_system_prompt: Optional[str] = None,
+        display_name: Optional[tuple[str, str]] = None,
+        include_reasoning: bool = True,
+        openai_reasoning_content: bool = False,
+    ) -> dict[str, Any]:
+        return await asyncio.to_thread(
+            self.store.render,
+            conversation_id,
+            provider,
+            evaluation_id=evaluation_id,
+            history=history,
+            record_curation=record_curation,
+            pending=pending,
+            default_system_prompt=default_system_prompt,
+            display_name=display_name,
+            include_reasoning=include_reasoning,
+            openai_reasoning_content=openai_reasoning_content,
+        )
+
+    async def curate(
+        self,
+        conversation_id: str,
+        manager: HistoryManager,
+        *,
+        record: bool = True,
+        prompt_name: Optional[str] = None,
+        session_id: Optional[str] = None,
+    ) -> dict[str, Any]:
+        return await asyncio.to_thread(
+            self.store.curate,
+            conversation_id,
+            manager,
+            record=record,
+            prompt_name=prompt_name,
+            session_id=session_id,
+        )
+
+    def message_control(self, history: Optional[HistoryManager] = None) -> "AsyncMessageControl":
+        """Message control with awaitable methods."""
+        return AsyncMessageControl(self.store.message_control(history))
+
+
+class AsyncMessageControl:
+    """A :class:`convlog.MessageControl` whose methods are awaitable (each
+    runs in a worker thread; a generator callable runs there too)."""
+
+    def __init__(self, control: _MessageControl) -> None:
+        self.control = control
+
+    async def create_context(
+        self, principal: Optional[str], context_id: str, public: bool = False
+    ) -> dict[str, Any]:
+        return await asyncio.to_thread(self.control.create_context, principal, context_id, public)
+
+    async def context(self, principal: Optional[str], context_id: str) -> dict[str, Any]:
+        return await asyncio.to_thread(self.control.context, principal, context_id)
+
+    async def contexts(self) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.control.contexts)
+
+    async def set_public(self, principal: Optional[str], context_id: str, public: bool) -> dict[str, Any]:
+        return await asyncio.to_thread(self.control.set_public, principal, context_id, public)
+
+    async def entries(self, principal: Optional[str], context_id: str) -> list[Event]:
+        return await asyncio.to_thread(self.control.entries, principal, context_id)
+
+    async def messages(self, principal: Optional[str], context_id: str) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(self.control.messages, principal, context_id)
+
+    async def add_messages(
+        self, principal: Optional[str], context_id: str, messages: Iterable[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        batch = list(messages)
+        return await asyncio.to_thread(self.control.add_messages, principal, context_id, batch)
+
+    async def set_messages(
+        self, principal: Optional[str], context_id: str, messages: Iterable[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        batch = list(messages)
+        return await asyncio.to_thread(self.control.set_messages, principal, context_id, batch)
+
+    async def add_entries(
+        self, principal: Optional[str], context_id: str, entries: Iterable[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        batch = list(entries)
+        return await asyncio.to_thread(self.control.add_entries, principal, context_id, batch)
+
+    async def set_entries(
+        self, principal: Optional[str], context_id: str, entries: Iterable[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        batch = list(entries)
+        return await asyncio.to_thread(self.control.set_entries, principal, context_id, batch)
 
 
 class AsyncTail:

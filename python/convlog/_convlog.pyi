@@ -1,10 +1,10 @@
 """Type stubs of convlog's native module (python/src, PyO3)."""
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional, final
 
-from ._types import Durability, Entry, Event, StrPath
+from ._types import Durability, Entry, Event, Generator, Pending, Provider, StrPath
 
 __version__: str
 
@@ -91,3 +91,129 @@ class Store:
     def sync(self) -> None: ...
     def refresh(self) -> int: ...
     def snapshot(self) -> int: ...
+    def resume(
+        self,
+        conversation_id: str,
+        *,
+        evaluation_id: Optional[str] = None,
+        prompt: Optional[tuple[Optional[str], Optional[str]]] = None,
+    ) -> dict[str, Any]: ...
+    def recorded_result(self, conversation_id: str, call_id: str) -> Optional[Entry]: ...
+    def render(
+        self,
+        conversation_id: str,
+        provider: Provider,
+        *,
+        evaluation_id: Optional[str] = None,
+        history: Optional[HistoryManager] = None,
+        record_curation: bool = False,
+        pending: Pending = "drop",
+        default_system_prompt: Optional[str] = None,
+        display_name: Optional[tuple[str, str]] = None,
+        include_reasoning: bool = True,
+        openai_reasoning_content: bool = False,
+    ) -> dict[str, Any]: ...
+    def curate(
+        self,
+        conversation_id: str,
+        manager: HistoryManager,
+        *,
+        record: bool = True,
+        prompt_name: Optional[str] = None,
+        session_id: Optional[str] = None,
+    ) -> dict[str, Any]: ...
+    def message_control(self, history: Optional[HistoryManager] = None) -> MessageControl: ...
+
+@final
+class HistoryManager:
+    @staticmethod
+    def passthrough() -> HistoryManager: ...
+    @staticmethod
+    def sliding_window(window: int) -> HistoryManager: ...
+    @staticmethod
+    def tool_result_truncator(max_length: int, suffix: Optional[str] = None) -> HistoryManager: ...
+    @staticmethod
+    def token_budget(budget: int) -> HistoryManager: ...
+    @staticmethod
+    def tool_pruning(
+        token_limit: int, keep_recent: Optional[int] = None, placeholder: Optional[str] = None
+    ) -> HistoryManager: ...
+    @staticmethod
+    def summary_placeholder(token_limit: int, text: str) -> HistoryManager: ...
+    @staticmethod
+    def composed(*managers: HistoryManager) -> HistoryManager: ...
+    @staticmethod
+    def parse(spec: str) -> HistoryManager: ...
+    @property
+    def strategy(self) -> str: ...
+    def curate(self, entries: Iterable[Mapping[str, Any]]) -> list[Entry]: ...
+
+@final
+class MessageControl:
+    def create_context(
+        self, principal: Optional[str], context_id: str, public: bool = False
+    ) -> dict[str, Any]: ...
+    def context(self, principal: Optional[str], context_id: str) -> dict[str, Any]: ...
+    def contexts(self) -> list[dict[str, Any]]: ...
+    def set_public(self, principal: Optional[str], context_id: str, public: bool) -> dict[str, Any]: ...
+    def entries(self, principal: Optional[str], context_id: str) -> list[Entry]: ...
+    def messages(self, principal: Optional[str], context_id: str) -> list[dict[str, Any]]: ...
+    def add_messages(
+        self, principal: Optional[str], context_id: str, messages: Iterable[Mapping[str, Any]]
+    ) -> dict[str, Any]: ...
+    def set_messages(
+        self, principal: Optional[str], context_id: str, messages: Iterable[Mapping[str, Any]]
+    ) -> dict[str, Any]: ...
+    def add_entries(
+        self, principal: Optional[str], context_id: str, entries: Iterable[Mapping[str, Any]]
+    ) -> dict[str, Any]: ...
+    def set_entries(
+        self, principal: Optional[str], context_id: str, entries: Iterable[Mapping[str, Any]]
+    ) -> dict[str, Any]: ...
+    def chat(
+        self,
+        principal: Optional[str],
+        context_id: str,
+        message: str,
+        generator: Generator,
+        save_ai_messages: bool = True,
+    ) -> dict[str, Any]: ...
+    def generate(
+        self,
+        principal: Optional[str],
+        context_id: str,
+        generator: Generator,
+        steering: Sequence[str] = ...,
+        save_ai_messages: bool = True,
+    ) -> dict[str, Any]: ...
+    def add_ai_message(
+        self,
+        principal: Optional[str],
+        context_id: str,
+        generator: Generator,
+        *,
+        message: Optional[str] = None,
+        prompt: Optional[str] = None,
+        save_system_message: bool = False,
+        save_ai_messages: bool = True,
+    ) -> dict[str, Any]: ...
+
+def render(
+    provider: Provider,
+    entries: Iterable[Mapping[str, Any]],
+    *,
+    pending: Pending = "drop",
+    default_system_prompt: Optional[str] = None,
+    display_name: Optional[tuple[str, str]] = None,
+    include_reasoning: bool = True,
+    openai_reasoning_content: bool = False,
+) -> dict[str, Any]: ...
+def ingest(
+    provider: Provider,
+    messages: Any,
+    evaluation_id: str,
+    first_sequence: int = 0,
+    *,
+    created_at: Optional[str] = None,
+) -> list[Entry]: ...
+def verify(path: StrPath) -> dict[str, Any]: ...

@@ -7,12 +7,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use convlog::{AppendOptions, Durability, Expect, Store, StoreOptions};
+use convlog::control::ContextsReducer;
+use convlog::history::CurationScope;
+use convlog::resume::PromptIdentity;
+use convlog::{
+    AppendOptions, Durability, Expect, ResumeOptions, Store, StoreBuilder, StoreOptions,
+};
 use parking_lot::{Mutex, RwLock};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyRange, PyTuple};
 use serde_json::Value;
 
+use crate::api::{self, PyHistoryManager};
+use crate::control::PyMessageControl;
 use crate::convert;
 use crate::errors;
 use crate::read::{EventFilter, EventIter, Tail};
@@ -41,9 +48,11 @@ fn durability(name: &str, interval_ms: Option<u64>) -> PyResult<Durability> {
             }
             Durability::Periodic(Duration::from_millis(interval))
         }
-        other => return Err(errors::invalid_argument(format!(
+        other => {
+            return Err(errors::invalid_argument(format!(
             "unknown durability {other:?} (expected \"group\", \"sync\", \"none\" or \"periodic\")"
-        ))),
+        )))
+        }
     })
 }
 
@@ -267,10 +276,15 @@ impl PyStore {
         let dir = path.clone();
         let store = py
             .detach(|| {
+                // Every store registers the contexts reducer, as the CLI's
+                // do, so message control works on any of them.
+                let builder = StoreBuilder::new(&dir)
+                    .options(options)
+                    .reducer(ContextsReducer);
                 if read_only {
-                    Store::open_read_only(&dir, options)
+                    builder.open_read_only()
                 } else {
-                    Store::open(&dir, options)
+                    builder.open()
                 }
             })
             .map_err(errors::to_py)?;
@@ -487,6 +501,168 @@ impl PyStore {
     fn refresh(&self, py: Python<'_>) -> PyResult<u64> {
         let store = self.store(py)?;
         py.detach(|| store.refresh()).map_err(errors::to_py)
+    }
+
+    /// What a host needs to resume an evaluation (the latest one unless
+    /// `evaluation_id`): its entries, the calls to run again
+    /// (`unfinished_calls`), the ones never to run again (`finished_calls`,
+    /// with their results), `next_sequence`, `turn`, `next_turn`, `finished`.
+    /// With `prompt=(namespace, key)`, the evaluation's system entry must
+    /// carry that prompt identity, or `PromptMismatchError`.
+    #[pyo3(signature = (conversation_id, *, evaluation_id=None, prompt=None))]
+    fn resume(
+        &self,
+        py: Python<'_>,
+        conversation_id: &str,
+        evaluation_id: Option<String>,
+        prompt: Option<(Option<String>, Option<String>)>,
+    ) -> PyResult<Py<PyAny>> {
+        let store = self.store(py)?;
+        let options = ResumeOptions::new()
+            .evaluation_id(evaluation_id)
+            .prompt(prompt.map(|(namespace, key)| PromptIdentity { namespace, key }));
+        let value = py
+            .detach(|| {
+                let state = store.resume(conversation_id, &options)?;
+                serde_json::to_value(&state).map_err(|error| convlog::Error::JsonEncode {
+                    lsn: 0,
+                    reason: error.to_string(),
+                })
+            })
+            .map_err(errors::to_py)?;
+        convert::to_py(py, &value)
+    }
+
+    /// The recorded result entry of call `call_id`, or None: a host about
+    /// to re-run a mutating tool returns this instead of acting twice.
+    fn recorded_result(
+        &self,
+        py: Python<'_>,
+        conversation_id: &str,
+        call_id: &str,
+    ) -> PyResult<Py<PyAny>> {
+        let store = self.store(py)?;
+        let entry = py
+            .detach(|| store.recorded_result(conversation_id, call_id))
+            .map_err(errors::to_py)?;
+        match entry {
+            Some(entry) => Ok(api::entries_to_py(py, &[entry])?
+                .bind(py)
+                .get_item(0)?
+                .unbind()),
+            None => Ok(py.None()),
+        }
+    }
+
+    /// Renders the conversation (one evaluation's entries with
+    /// `evaluation_id`) as `provider`'s request: `{"provider", "body",
+    /// "messages", "system", "unfinished_calls", "skipped_results"}`. With
+    /// `history`, the entries are curated first (and, with
+    /// `record_curation`, a `history_curated` event records what was shown).
+    #[pyo3(signature = (conversation_id, provider, *, evaluation_id=None, history=None, record_curation=false, pending="drop", default_system_prompt=None, display_name=None, include_reasoning=true, openai_reasoning_content=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn render(
+        &self,
+        py: Python<'_>,
+        conversation_id: &str,
+        provider: &str,
+        evaluation_id: Option<String>,
+        history: Option<PyHistoryManager>,
+        record_curation: bool,
+        pending: &str,
+        default_system_prompt: Option<String>,
+        display_name: Option<(String, String)>,
+        include_reasoning: bool,
+        openai_reasoning_content: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let store = self.store(py)?;
+        let provider = api::provider(provider)?;
+        let options = api::render_options(
+            pending,
+            default_system_prompt,
+            display_name,
+            include_reasoning,
+            openai_reasoning_content,
+        )?;
+        let value = py
+            .detach(|| -> convlog::Result<Value> {
+                let mut entries: Vec<convlog::ConversationEntry> = match &history {
+                    Some(manager) => {
+                        api::curate_stored(
+                            &store,
+                            conversation_id,
+                            manager.manager.as_ref(),
+                            record_curation,
+                            &CurationScope::new(),
+                        )?
+                        .0
+                    }
+                    None => store
+                        .conversation(conversation_id)?
+                        .entries()
+                        .cloned()
+                        .collect(),
+                };
+                if let Some(evaluation_id) = &evaluation_id {
+                    entries.retain(|entry| &entry.evaluation_id == evaluation_id);
+                }
+                let request = convlog::render(provider, &entries, &options)?;
+                Ok(api::rendered_value(&request))
+            })
+            .map_err(errors::to_py)?;
+        convert::to_py(py, &value)
+    }
+
+    /// Curates the stored conversation with `manager`; with `record` (the
+    /// default) records a `history_curated` event. Returns `{"entries",
+    /// "strategy", "original_count", "curated_count", "lsn"}`.
+    #[pyo3(signature = (conversation_id, manager, *, record=true, prompt_name=None, session_id=None))]
+    fn curate(
+        &self,
+        py: Python<'_>,
+        conversation_id: &str,
+        manager: PyHistoryManager,
+        record: bool,
+        prompt_name: Option<String>,
+        session_id: Option<String>,
+    ) -> PyResult<Py<PyAny>> {
+        let store = self.store(py)?;
+        let mut scope = CurationScope::new();
+        if let Some(prompt_name) = prompt_name {
+            scope = scope.prompt_name(prompt_name);
+        }
+        if let Some(session_id) = session_id {
+            scope = scope.session_id(session_id);
+        }
+        let (entries, strategy, original_count, lsn) = py
+            .detach(|| {
+                api::curate_stored(
+                    &store,
+                    conversation_id,
+                    manager.manager.as_ref(),
+                    record,
+                    &scope,
+                )
+            })
+            .map_err(errors::to_py)?;
+        let dict = PyDict::new(py);
+        dict.set_item("curated_count", entries.len())?;
+        dict.set_item("entries", api::entries_to_py(py, &entries)?)?;
+        dict.set_item("strategy", strategy)?;
+        dict.set_item("original_count", original_count)?;
+        dict.set_item("lsn", lsn)?;
+        Ok(dict.into_any().unbind())
+    }
+
+    /// Message control over this store (contexts, validated adds and sets,
+    /// generation), curating what the model is shown with `history`.
+    #[pyo3(signature = (history=None))]
+    fn message_control(
+        &self,
+        py: Python<'_>,
+        history: Option<PyHistoryManager>,
+    ) -> PyResult<PyMessageControl> {
+        Ok(PyMessageControl::new(self.store(py)?, history))
     }
 
     /// Writes a snapshot now; returns its LSN.

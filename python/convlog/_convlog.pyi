@@ -60,7 +60,7 @@ class Store:
         exc_type: Optional[type[BaseException]],
         exc: Optional[BaseException],
         traceback: Optional[TracebackType],
-    ) -> bool: ...
+    ) -> None: ...
     def append(
         self,
         events: Iterable[Mapping[str, Any]],

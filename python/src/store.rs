@@ -325,10 +325,10 @@ impl PyStore {
         slf
     }
 
+    /// Closes the store; exceptions propagate.
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> bool {
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) {
         self.close(py);
-        false
     }
 
     fn __repr__(&self) -> String {

@@ -11,9 +11,11 @@ in one run, on the same disk (issue 13; results in docs/performance.md).
   ``--ops`` calls in a row. Reported: the time per ``add_items`` call (the
   round's wall time over the calls of all sessions), median of the rounds.
 - ``get_items()`` of a 200-item session (a realistic mix of messages, calls
-  and outputs), median per call: "warm" (nothing written since the last read)
-  and "after writes" (another session of the same store/file wrote before
-  each read, so ConvlogSession checks the log for its conversation).
+  and outputs), median per call: "warm" (nothing written since the last read),
+  "after another session wrote" (before each read, so ConvlogSession checks
+  the log for its conversation) and "by a new session object" (the previous
+  ones gone: ConvlogSession has no cache and reads the conversation; SQLite
+  opens its connection).
 
 Each round starts from fresh files. Ratios are SQLiteSession's time over
 ConvlogSession's (above 1: ConvlogSession is faster).
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import shutil
 import statistics
 import sys
@@ -123,8 +126,11 @@ async def _add_items_round(base: Path, name: str, sessions: int, ops: int) -> fl
         _dispose(backend)
 
 
-async def _get_items_round(base: Path, name: str, size: int, reads: int, after_writes: bool) -> float:
-    """Median seconds per get_items() of a `size`-item session."""
+async def _get_items_round(base: Path, name: str, size: int, reads: int, mode: str) -> float:
+    """Median seconds per get_items() of a `size`-item session. `mode`: "warm"
+    (read again), "after writes" (another session wrote before each read),
+    "new object" (each read by a new session object, the previous ones gone:
+    no cache in the process)."""
     backend = _fresh(base, name)
     try:
         session = backend.session("reader")
@@ -134,8 +140,14 @@ async def _get_items_round(base: Path, name: str, size: int, reads: int, after_w
         assert len(await session.get_items()) == size
         times: list[float] = []
         for n in range(reads):
-            if after_writes:
+            if mode == "after writes":
                 await other.add_items([_item(n + 1)])
+            if mode == "new object":
+                backend.sessions.remove(session)
+                session.close()
+                del session
+                gc.collect()
+                session = backend.session("reader")
             started = time.perf_counter()
             items = await session.get_items()
             times.append(time.perf_counter() - started)
@@ -182,12 +194,16 @@ async def main() -> None:
         )
         label = f"add_items, 1 item, durable, {sessions} session{'s' if sessions > 1 else ''}"
         rows.append((label, result["sqlite"], result["convlog"]))
-    for after_writes in (False, True):
+    labels = {
+        "warm": "warm",
+        "after writes": "after another session wrote",
+        "new object": "by a new session object",
+    }
+    for mode, label in labels.items():
         result = await _rounds(
             args.rounds,
-            lambda name: _get_items_round(base, name, args.items, args.reads, after_writes),
+            lambda name: _get_items_round(base, name, args.items, args.reads, mode),
         )
-        label = "after another session wrote" if after_writes else "warm"
         rows.append((f"get_items() of {args.items} items, {label}", result["sqlite"], result["convlog"]))
     print("| operation | SQLiteSession | ConvlogSession | ratio of medians |")
     print("|---|---|---|---|")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from agents import Agent, RunConfig, Runner, SessionSettings, function_tool, set
 import convlog
 import convlog.integrations.openai_agents as openai_agents
 from convlog.integrations.openai_agents import (
+    CALL_ID_KEY,
     CLEAR_KIND,
     ITEM_KEY,
     POP_KIND,
@@ -65,6 +67,7 @@ async def test_a_run_is_recorded_as_neutral_entries(store: convlog.Store) -> Non
     assert [e["metadata"][TYPE_KEY] for e in got] == [
         "message", "function_call", "function_call_output", "message",
     ]
+    assert [e["metadata"].get(CALL_ID_KEY) for e in got] == [None, "call_w", "call_w", None]
     assert got[0]["content"] == "Weather in Paris?"
     (tool_call,) = got[1]["tool_calls"]
     assert (tool_call["call_id"], tool_call["name"], tool_call["arguments"]) == (
@@ -349,3 +352,36 @@ def test_the_example_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "Rome: 18C and sunny (I remember 7 items" in done.stdout
     assert "The session holds 8 items" in done.stdout
+
+
+@pytest.mark.asyncio
+async def test_a_session_read_back_from_the_store(tmp_path: Path, store: convlog.Store) -> None:
+    """No session object of the process left: a new one reads the session
+    from the store (pairing included) and continues its run."""
+    from test_openai_agents_protocol import CATALOGUE
+
+    stored: list[Any] = copy.deepcopy(CATALOGUE) + [
+        {"type": "reasoning", "id": "rs_9", "summary": []},
+        {"type": "function_call", "call_id": "call_9", "name": "late", "arguments": "{}"},
+        {"type": "custom_tool_call_output", "call_id": "call_orphan", "output": "x"},
+    ]
+    session = ConvlogSession("reread", store)
+    await session.add_items(copy.deepcopy(stored))
+    expected = await session.get_items()
+    assert expected == CATALOGUE
+    del session
+    gc.collect()
+    again = ConvlogSession("reread", store)
+    assert await again.get_items() == expected
+    with convlog.Store.open(tmp_path / "store", read_only=True) as follower:
+        assert await ConvlogSession("reread", follower).get_items() == expected
+    # It continues the same run: the output of the late call completes it.
+    await again.add_items([{"type": "function_call_output", "call_id": "call_9", "output": "done"}])
+    got = entries(store, "reread")
+    assert len({e["evaluation_id"] for e in got}) == 1
+    assert [e["sequence"] for e in got] == list(range(len(stored) + 1))
+    assert got[-1]["turn"] == got[-3]["turn"]  # the output has its call's turn
+    assert got[-3]["tool_calls"][0]["status"] == "completed"
+    assert (await again.get_items())[-3:] == stored[-3:-1] + [
+        {"type": "function_call_output", "call_id": "call_9", "output": "done"}
+    ]

@@ -70,6 +70,7 @@ from .._errors import ConflictError, ConversationNotFoundError, ConvlogError
 from .._types import Durability
 
 __all__ = [
+    "CALL_ID_KEY",
     "CALL_OUTPUT_TYPES",
     "CLEAR_KIND",
     "ITEM_KEY",
@@ -83,6 +84,10 @@ ITEM_KEY = "openai_agents.item"
 
 TYPE_KEY = "openai_agents.type"
 """Entry metadata key holding the item's type (``message`` when it has none)."""
+
+CALL_ID_KEY = "openai_agents.call_id"
+"""Entry metadata key holding the item's ``call_id``, when it has one (a
+session read from the store pairs calls and outputs without parsing items)."""
 
 POP_KIND = "openai_agents.pop_item"
 """Kind of the custom event ``pop_item`` records: payload ``{"item": ...}``."""
@@ -269,6 +274,21 @@ def _classify(raw: str, item: Mapping[str, Any]) -> _Item:
         elif kind in _OUTPUT_TYPES:
             pair = (kind, call_id)
     return _Item(raw, pair, is_call, kind == "reasoning")
+
+
+def _summary(entry: Mapping[str, Any], metadata: Mapping[str, str]) -> Optional[dict[str, Any]]:
+    """What pairing and turns need of a recorded item (its type, role and call
+    id), read from its entry without parsing it; None when the entry does not
+    say (then the item is parsed)."""
+    kind = metadata.get(TYPE_KEY)
+    if kind is None:
+        return None
+    call_id = metadata.get(CALL_ID_KEY)
+    if call_id is None and (kind in CALL_OUTPUT_TYPES or kind in _OUTPUT_TYPES):
+        return None
+    if kind == "message":
+        return {"role": entry.get("role")}
+    return {"type": kind, "call_id": call_id}
 
 
 def _paired(items: Sequence[_Item]) -> list[_Item]:
@@ -526,7 +546,9 @@ class _State:
             raw = metadata.get(ITEM_KEY)
             if raw is None:
                 continue  # an entry another writer recorded: not an SDK item
-            item = json.loads(raw)
+            item = _summary(entry, metadata)
+            if item is None:
+                item = json.loads(raw)
             items.append(_classify(raw, item))
             if evaluation_id != run.evaluation_id:
                 run = _Run(evaluation_id)
@@ -601,11 +623,12 @@ class _State:
             entry["sequence"] = run.next_sequence
             run.next_sequence += 1
             entry["turn"] = run.turn
-            entry["metadata"] = {
-                **entry.get("metadata", {}),
-                ITEM_KEY: raw,
-                TYPE_KEY: kind if isinstance(kind, str) and kind else "message",
-            }
+            metadata = entry.setdefault("metadata", {})
+            metadata[ITEM_KEY] = raw
+            metadata[TYPE_KEY] = kind if isinstance(kind, str) and kind else "message"
+            call_id = item.get("call_id")
+            if isinstance(call_id, str) and _utf8_len(call_id) is not None:
+                metadata[CALL_ID_KEY] = call_id
             events.append(
                 {"type": "conversation_recorded", "conversation_id": self.session_id, "entry": entry}
             )

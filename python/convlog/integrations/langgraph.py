@@ -15,18 +15,23 @@ Storage (``docs/python.md``, "The LangGraph checkpointer", says the same):
   payloads, so a thread's subgraph checkpoints share its conversation.
 - Payloads are msgpack maps (ormsgpack). Values go through the saver's
   ``serde`` (``dumps_typed``/``loads_typed``), as with every LangGraph saver.
+- A ``put`` is one event (the checkpoint, its metadata and its new channel
+  values) and a ``put_writes`` one event, each appended as an atomic batch.
 - A channel value is stored once per (thread, namespace, channel, version),
   only for the channels in ``new_versions``: values that did not change
-  between checkpoints are not stored again. A stored value may be a delta
-  (copy ranges and literal bytes) against the previous stored value of the
-  same channel, so a growing message list costs the new messages, not the
-  whole list; at most ``DELTA_CHAIN_MAX`` deltas follow a whole value.
+  between checkpoints are not stored again. A value may be stored as a
+  delta (copy ranges and literal bytes) against the channel's last stored
+  value of at least ``DELTA_MIN_BYTES``, so a growing message list costs the
+  new messages, not the whole list; at most ``DELTA_CHAIN_MAX`` deltas
+  follow a whole value. Deltas name their base by LSN: the saver needs a
+  store that keeps its whole log (the default).
 - Deletions (``delete_thread``, ``delete_for_runs``, ``prune``) are events
   too: the log keeps what was deleted for audit, reads no longer return it.
 - Open reads every ``langgraph.*`` event once (``Store.events(kinds=...)``)
   to build an in-memory index: per checkpoint its LSN, parent and metadata,
-  per write and per stored value its LSN. Values are then read by LSN
-  (``Store.event``) and kept in a bounded cache.
+  per write and per stored value where it is. Decoded payloads and rebuilt
+  values are kept in bounded caches (filled at open and by writes); a miss
+  reads the event by LSN (``Store.event``).
 """
 
 from __future__ import annotations

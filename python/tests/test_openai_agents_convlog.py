@@ -385,3 +385,34 @@ async def test_a_session_read_back_from_the_store(tmp_path: Path, store: convlog
     assert (await again.get_items())[-3:] == stored[-3:-1] + [
         {"type": "function_call_output", "call_id": "call_9", "output": "done"}
     ]
+
+
+@pytest.mark.asyncio
+async def test_resume_and_every_render_read_an_sdk_session(store: convlog.Store) -> None:
+    """A session the SDK wrote, with a call left without its output (an
+    approval never resumed): resume reports it unfinished, and every provider
+    render drops it (or answers it with an error), never sending it dangling."""
+    from test_openai_agents_protocol import CATALOGUE
+
+    session = ConvlogSession("rendered", store)
+    await session.add_items(copy.deepcopy(CATALOGUE))
+    await session.add_items([
+        user("Book Rome"),
+        {"type": "function_call", "call_id": "call_book", "name": "book", "arguments": '{"city":"Rome"}'},
+    ])
+    state = store.resume("rendered")
+    assert [u["call"]["call_id"] for u in state["unfinished_calls"]] == ["call_book"]
+    assert state["finished"] is False
+    first_run = store.conversation("rendered").evaluations[0]
+    finished = store.resume("rendered", evaluation_id=first_run)
+    assert sorted(f["call"]["call_id"] for f in finished["finished_calls"]) == ["call_1", "call_2"]
+    for provider in ("openai", "openai-responses", "anthropic", "gemini", "ollama"):
+        dropped = store.render("rendered", provider)
+        assert dropped["unfinished_calls"] == ["call_book"], provider
+        assert "call_book" not in json.dumps(dropped["body"]), provider
+        assert "call_1" in json.dumps(dropped["body"]) or provider == "ollama", provider
+        answered = store.render("rendered", provider, pending="error")
+        assert "tool call was interrupted before it finished" in json.dumps(answered["body"]), provider
+    openai = store.render("rendered", "openai")["body"]["messages"]
+    assert [m["role"] for m in openai[:3]] == ["system", "developer", "user"]
+    assert {"role": "tool", "tool_call_id": "call_1", "content": "18C, sunny"} in openai

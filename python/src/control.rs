@@ -9,6 +9,7 @@ use convlog::control::{
     AddAiMessage, ContextInfo, ControlMessage, Generation, MessageControl, Principal,
 };
 use convlog::model::ConversationEntry;
+use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyRange};
 use serde_json::{json, Value};
@@ -16,6 +17,7 @@ use serde_json::{json, Value};
 use crate::api::{self, PyHistoryManager};
 use crate::convert;
 use crate::errors;
+use crate::store::SequenceCache;
 
 fn principal(user: Option<String>) -> Principal {
     match user {
@@ -131,22 +133,37 @@ impl convlog::control::Generator for PyGenerator {
 #[pyclass(module = "convlog._convlog", name = "MessageControl", frozen)]
 pub struct PyMessageControl {
     control: Arc<MessageControl>,
+    /// The store's sequence cache: message control writes contexts' entries
+    /// with sequences of its own, so each call forgets its context there.
+    sequences: Arc<Mutex<SequenceCache>>,
 }
 
 impl PyMessageControl {
-    pub fn new(store: Arc<convlog::Store>, history: Option<PyHistoryManager>) -> PyMessageControl {
+    pub fn new(
+        store: Arc<convlog::Store>,
+        history: Option<PyHistoryManager>,
+        sequences: Arc<Mutex<SequenceCache>>,
+    ) -> PyMessageControl {
         let mut control = MessageControl::new(store);
         if let Some(history) = history {
             control = control.with_history_manager(history.manager);
         }
         PyMessageControl {
             control: Arc::new(control),
+            sequences,
         }
+    }
+
+    /// Forgets the context's cached sequences (after a call that may have
+    /// written to it, whether or not it succeeded).
+    fn wrote(&self, context_id: &str) {
+        self.sequences.lock().forget(context_id);
     }
 
     fn generate_with(
         &self,
         py: Python<'_>,
+        context_id: &str,
         generator: Py<PyAny>,
         run: impl FnOnce(&MessageControl, &mut PyGenerator) -> convlog::Result<Generation> + Send,
     ) -> PyResult<Py<PyAny>> {
@@ -155,6 +172,7 @@ impl PyMessageControl {
             raised: None,
         };
         let result = py.detach(|| run(&self.control, &mut generator));
+        self.wrote(context_id);
         match result {
             Ok(generation) => generation_to_py(py, &generation),
             Err(error) => {
@@ -172,6 +190,15 @@ macro_rules! released {
     ($py:expr, $body:expr) => {
         $py.detach(|| $body).map_err(errors::to_py)
     };
+}
+
+/// `released!` for a call that may write to `context_id`.
+macro_rules! writing {
+    ($self:expr, $py:expr, $context_id:expr, $body:expr) => {{
+        let result = $py.detach(|| $body).map_err(errors::to_py);
+        $self.wrote($context_id);
+        result
+    }};
 }
 
 #[pymethods]
@@ -260,7 +287,12 @@ impl PyMessageControl {
     ) -> PyResult<Py<PyAny>> {
         let who = self::principal(principal);
         let messages = messages_from_py(py, messages)?;
-        let applied = released!(py, self.control.add_messages(&who, context_id, &messages))?;
+        let applied = writing!(
+            self,
+            py,
+            context_id,
+            self.control.add_messages(&who, context_id, &messages)
+        )?;
         applied_to_py(py, applied.lsns, &applied.entries)
     }
 
@@ -275,7 +307,12 @@ impl PyMessageControl {
     ) -> PyResult<Py<PyAny>> {
         let who = self::principal(principal);
         let messages = messages_from_py(py, messages)?;
-        let applied = released!(py, self.control.set_messages(&who, context_id, &messages))?;
+        let applied = writing!(
+            self,
+            py,
+            context_id,
+            self.control.set_messages(&who, context_id, &messages)
+        )?;
         applied_to_py(py, applied.lsns, &applied.entries)
     }
 
@@ -289,7 +326,12 @@ impl PyMessageControl {
     ) -> PyResult<Py<PyAny>> {
         let who = self::principal(principal);
         let entries = api::entries_from_py(py, entries)?;
-        let applied = released!(py, self.control.add_entries(&who, context_id, entries))?;
+        let applied = writing!(
+            self,
+            py,
+            context_id,
+            self.control.add_entries(&who, context_id, entries)
+        )?;
         applied_to_py(py, applied.lsns, &applied.entries)
     }
 
@@ -303,7 +345,12 @@ impl PyMessageControl {
     ) -> PyResult<Py<PyAny>> {
         let who = self::principal(principal);
         let entries = api::entries_from_py(py, entries)?;
-        let applied = released!(py, self.control.set_entries(&who, context_id, entries))?;
+        let applied = writing!(
+            self,
+            py,
+            context_id,
+            self.control.set_entries(&who, context_id, entries)
+        )?;
         applied_to_py(py, applied.lsns, &applied.entries)
     }
 
@@ -321,7 +368,7 @@ impl PyMessageControl {
         save_ai_messages: bool,
     ) -> PyResult<Py<PyAny>> {
         let who = self::principal(principal);
-        self.generate_with(py, generator, |control, generator| {
+        self.generate_with(py, context_id, generator, |control, generator| {
             control.chat(&who, context_id, message, save_ai_messages, generator)
         })
     }
@@ -339,7 +386,7 @@ impl PyMessageControl {
         save_ai_messages: bool,
     ) -> PyResult<Py<PyAny>> {
         let who = self::principal(principal);
-        self.generate_with(py, generator, |control, generator| {
+        self.generate_with(py, context_id, generator, |control, generator| {
             control.generate(&who, context_id, &steering, save_ai_messages, generator)
         })
     }
@@ -373,7 +420,7 @@ impl PyMessageControl {
             }
         };
         let who = self::principal(principal);
-        self.generate_with(py, generator, |control, generator| {
+        self.generate_with(py, context_id, generator, |control, generator| {
             control.add_ai_message(&who, context_id, request, generator)
         })
     }

@@ -13,7 +13,10 @@ use convlog::resume::PromptIdentity;
 use convlog::{
     AppendOptions, Durability, Expect, ResumeOptions, Store, StoreBuilder, StoreOptions,
 };
-use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+
+use convlog::model::Event;
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyRange, PyTuple};
 use serde_json::Value;
@@ -151,13 +154,74 @@ impl ConversationData {
     }
 }
 
-/// The next free sequence of an evaluation in the store (0 when the
-/// conversation or the evaluation is new).
-fn next_sequence(store: &Store, conversation_id: &str, evaluation_id: &str) -> Result<u64, String> {
-    match store.conversation(conversation_id) {
-        Ok(slice) => Ok(slice.next_sequence(evaluation_id)),
-        Err(convlog::Error::ConversationNotFound { .. }) => Ok(0),
-        Err(error) => Err(error.to_string()),
+/// The most conversations whose next sequences [`SequenceCache`] keeps; past
+/// it the cache starts again empty.
+pub const SEQUENCE_CACHE_CONVERSATIONS_MAX: usize = 10_000;
+
+/// The next free sequence of each evaluation of the conversations that
+/// appends leaving sequences to the store have asked about, so such an
+/// append folds a conversation once, not at every append (folding costs
+/// what the conversation holds). Kept up to date by every append of this
+/// `Store` (and dropped for a conversation message control writes to); an
+/// entry that another path may have changed is dropped, never trusted.
+#[derive(Default)]
+pub struct SequenceCache {
+    conversations: HashMap<String, HashMap<String, u64>>,
+}
+
+impl SequenceCache {
+    /// The next sequence of `evaluation_id` in `conversation_id` (0 when
+    /// either is new), folding the conversation on a miss.
+    fn next(
+        &mut self,
+        store: &Store,
+        conversation_id: &str,
+        evaluation_id: &str,
+    ) -> Result<u64, String> {
+        if !self.conversations.contains_key(conversation_id) {
+            let next = match store.conversation(conversation_id) {
+                Ok(slice) => slice
+                    .evaluations()
+                    .iter()
+                    .map(|evaluation| (evaluation.clone(), slice.next_sequence(evaluation)))
+                    .collect(),
+                Err(convlog::Error::ConversationNotFound { .. }) => HashMap::new(),
+                Err(error) => return Err(error.to_string()),
+            };
+            if self.conversations.len() >= SEQUENCE_CACHE_CONVERSATIONS_MAX {
+                self.conversations.clear();
+            }
+            self.conversations.insert(conversation_id.to_string(), next);
+        }
+        Ok(self.conversations[conversation_id]
+            .get(evaluation_id)
+            .copied()
+            .unwrap_or(0))
+    }
+
+    /// Takes in the sequences of an appended batch.
+    fn appended(&mut self, events: &[Event]) {
+        for event in events {
+            match event {
+                Event::ConversationRecorded(recorded) => {
+                    if let Some(next) = self.conversations.get_mut(&recorded.conversation_id) {
+                        let floor = next
+                            .entry(recorded.entry.evaluation_id.clone())
+                            .or_insert(0);
+                        *floor = (*floor).max(recorded.entry.sequence.saturating_add(1));
+                    }
+                }
+                Event::MessagesReplaced(replaced) => {
+                    self.conversations.remove(&replaced.conversation_id);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Forgets a conversation (written by another path).
+    pub fn forget(&mut self, conversation_id: &str) {
+        self.conversations.remove(conversation_id);
     }
 }
 
@@ -237,8 +301,9 @@ pub struct PyStore {
     inner: RwLock<Option<Arc<Store>>>,
     /// Held by appends that leave a sequence for the store to fill, from
     /// reading the next sequence until the batch is appended, so two such
-    /// appends of one evaluation never get the same sequence.
-    sequences: Mutex<()>,
+    /// appends of one evaluation never get the same sequence; taken briefly
+    /// after other appends to keep the cache up to date.
+    sequences: Arc<Mutex<SequenceCache>>,
 }
 
 impl PyStore {
@@ -292,7 +357,7 @@ impl PyStore {
             dir: path,
             read_only,
             inner: RwLock::new(Some(Arc::new(store))),
-            sequences: Mutex::new(()),
+            sequences: Arc::new(Mutex::new(SequenceCache::default())),
         })
     }
 
@@ -361,19 +426,23 @@ impl PyStore {
         let text = batch_text(py, events)?;
         let lsns = py
             .detach(|| {
-                let mut held = None;
+                let mut held: Option<MutexGuard<'_, SequenceCache>> = None;
                 let events =
                     convlog::json::parse_line(1, &text, &mut |conversation, evaluation| {
-                        if held.is_none() {
-                            held = Some(self.sequences.lock());
-                        }
-                        next_sequence(&store, conversation, evaluation)
+                        held.get_or_insert_with(|| self.sequences.lock()).next(
+                            &store,
+                            conversation,
+                            evaluation,
+                        )
                     })?;
                 let mut options = AppendOptions::new();
                 if let Some((conversation_id, last_lsn)) = expect_conversation {
                     options = options.expect(Expect::conversation(conversation_id, last_lsn));
                 }
-                store.append_with(&events, options)
+                let lsns = store.append_with(&events, options)?;
+                held.get_or_insert_with(|| self.sequences.lock())
+                    .appended(&events);
+                Ok(lsns)
             })
             .map_err(errors::to_py)?;
         PyRange::new(py, lsns.start as isize, lsns.end as isize)
@@ -662,7 +731,11 @@ impl PyStore {
         py: Python<'_>,
         history: Option<PyHistoryManager>,
     ) -> PyResult<PyMessageControl> {
-        Ok(PyMessageControl::new(self.store(py)?, history))
+        Ok(PyMessageControl::new(
+            self.store(py)?,
+            history,
+            self.sequences.clone(),
+        ))
     }
 
     /// Writes a snapshot now; returns its LSN.

@@ -302,3 +302,24 @@ async def _first(tail: convlog.AsyncTail) -> tuple[int, Any]:
     async for item in tail:
         return item
     raise AssertionError("the tail ended")
+
+
+def test_omitted_sequences_follow_every_other_writer_of_the_store(store: convlog.Store) -> None:
+    # Sequences the store fills are cached per conversation; every other
+    # path that writes entries must be seen by the next omitted sequence.
+    store.append([user("c", "0")])  # fills the cache
+    store.append([user("c", "explicit", sequence=7)])
+    store.append([user("c", "after explicit")])
+    control = store.message_control()
+    control.create_context("alice", "c")
+    control.add_entries("alice", "c", [{"evaluation_id": "eval-1", "role": "user", "sequence": 20, "content": "control"}])
+    store.append([user("c", "after control")])
+    store.append([{"type": "messages_replaced", "conversation_id": "c",
+                   "entries": [{"evaluation_id": "eval-1", "role": "system", "content": "summary"}]}])
+    store.append([user("c", "after replace")])
+    sequences = [(e["content"], e["sequence"]) for e in store.conversation("c").entries]
+    assert sequences == [("summary", 0), ("after replace", 1)]
+    recorded = [(event["entry"]["content"], event["entry"]["sequence"])
+                for _, event in store.events(conversation_id="c") if event["type"] == "conversation_recorded"]
+    assert recorded == [("0", 0), ("explicit", 7), ("after explicit", 8), ("control", 20),
+                        ("after control", 21), ("after replace", 1)]

@@ -49,6 +49,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
+from typing_extensions import Self
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -364,7 +365,7 @@ class ConvlogSaver(BaseCheckpointSaver[str]):
         *,
         durability: Durability = "group",
         serde: SerializerProtocol | None = None,
-    ) -> ConvlogSaver:
+    ) -> Self:
         """Open (or create) the store at ``path`` and a saver on it; ``close()`` closes both."""
         store = convlog.Store.open(str(path), durability=durability)
         try:
@@ -380,7 +381,7 @@ class ConvlogSaver(BaseCheckpointSaver[str]):
         if self._owns_store:
             self.store.close()
 
-    def __enter__(self) -> ConvlogSaver:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -391,7 +392,7 @@ class ConvlogSaver(BaseCheckpointSaver[str]):
     ) -> None:
         self.close()
 
-    async def __aenter__(self) -> ConvlogSaver:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

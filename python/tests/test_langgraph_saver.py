@@ -388,3 +388,25 @@ def test_a_real_graph_runs_on_the_async_methods(tmp_path: Path) -> None:
     messages = asyncio.run(run())
     assert [m.type for m in messages] == ["human", "ai", "tool", "tool", "ai"] * 2
     assert messages[-1].content == "Report 2: oslo: 12C; paris: 15C"
+
+
+@pytest.mark.parametrize(
+    ("conversation_id", "payload", "says"),
+    [
+        ("langgraph:t", b"\xc1", "invalid type"),
+        ("langgraph:t", ormsgpack.packb([1, 2]), "a msgpack list, not a map"),
+        ("langgraph:t", ormsgpack.packb({"n": ""}), "KeyError\\('m'\\)"),
+        ("someone-else", ormsgpack.packb({"n": ""}), "'someone-else' is not a thread's"),
+    ],
+)
+def test_a_langgraph_event_it_cannot_read_is_a_clear_error(
+    tmp_path: Path, conversation_id: str, payload: bytes, says: str
+) -> None:
+    with ConvlogSaver.open(tmp_path) as saver:
+        saver.put(_config("t"), _checkpoint({}, {}), _meta(0), {})
+        saver.store.append([{"type": "custom", "kind": KIND_CHECKPOINT, "conversation_id": conversation_id, "payload": payload}])
+        with pytest.raises(lg.UnreadableEventError, match=f"event 2 \\(langgraph.checkpoint\\): .*{says}") as raised:
+            saver.get_tuple(_config("t"))
+        assert (raised.value.lsn, raised.value.event_kind) == (2, KIND_CHECKPOINT)
+    with pytest.raises(lg.UnreadableEventError, match="event 2 "):
+        ConvlogSaver.open(tmp_path)

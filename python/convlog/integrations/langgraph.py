@@ -73,6 +73,7 @@ __all__ = [
     "KIND_DELETE",
     "KIND_WRITES",
     "KINDS",
+    "UnreadableEventError",
     "conversation_id_for_thread",
 ]
 
@@ -118,6 +119,19 @@ Durability = Literal["group", "sync", "none", "periodic"]
 
 K = TypeVar("K")
 V = TypeVar("V")
+
+
+class UnreadableEventError(convlog.ConvlogError):
+    """A ``langgraph.*`` event in the store that ConvlogSaver did not write and cannot read.
+
+    ``lsn`` and ``event_kind`` name the event; the saver does not skip it (its
+    index would silently miss a checkpoint, a write or a deletion).
+    """
+
+    def __init__(self, lsn: int, event_kind: str, error: Exception) -> None:
+        super().__init__(f"event {lsn} ({event_kind}): a payload ConvlogSaver cannot read: {error!r}")
+        self.lsn = lsn
+        self.event_kind = event_kind
 
 
 def conversation_id_for_thread(thread_id: str) -> str:
@@ -427,18 +441,26 @@ class ConvlogSaver(BaseCheckpointSaver[str]):
         end = self.store.next_lsn
         if end <= self._next_lsn:
             return
-        last = self._next_lsn - 1
         for lsn, event in self.store.events(self._next_lsn, kinds=KINDS):
             raw = event["payload"]
-            payload = ormsgpack.unpackb(raw)
-            if isinstance(payload, dict):
-                # Kept (bounded): reading one event by LSN later costs far more.
-                self._payloads.put(lsn, payload, len(raw))
+            kind = str(event["kind"])
+            try:
+                payload = ormsgpack.unpackb(raw)
+                if not isinstance(payload, dict):
+                    raise TypeError(f"the payload is a msgpack {type(payload).__name__}, not a map")
                 thread_id = self._thread_of(event.get("conversation_id"), payload)
-                if thread_id is not None:
-                    self._apply(lsn, event["kind"], thread_id, payload)
-            last = lsn
-        self._next_lsn = max(end, last + 1)
+                if thread_id is None:
+                    raise ValueError(
+                        f"conversation {event.get('conversation_id')!r} is not a thread's "
+                        f"({CONVERSATION_PREFIX}<thread_id>) and the payload names no thread (t)"
+                    )
+                self._apply(lsn, kind, thread_id, payload)
+            except (ormsgpack.MsgpackDecodeError, KeyError, IndexError, TypeError, ValueError) as error:
+                raise UnreadableEventError(lsn, kind, error) from error
+            # Kept (bounded): reading one event by LSN later costs far more.
+            self._payloads.put(lsn, payload, len(raw))
+            self._next_lsn = lsn + 1
+        self._next_lsn = max(end, self._next_lsn)
 
     def _apply(self, lsn: int, kind: str, thread_id: str, p: dict[str, Any]) -> None:
         if kind == KIND_CHECKPOINT:

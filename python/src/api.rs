@@ -100,9 +100,7 @@ fn inner_field(field: &str) -> String {
 pub fn entries_to_py(py: Python<'_>, entries: &[ConversationEntry]) -> PyResult<Py<PyList>> {
     let list = PyList::empty(py);
     for entry in entries {
-        let value = serde_json::to_value(entry)
-            .map_err(|error| errors::invalid_argument(format!("entry: {error}")))?;
-        list.append(convert::to_py(py, &value)?)?;
+        list.append(convert::entry_to_py(py, entry)?)?;
     }
     Ok(list.unbind())
 }

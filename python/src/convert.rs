@@ -3,7 +3,9 @@
 //! JSON the CLI reads and the Python side gets plain dicts and lists.
 
 use base64::Engine;
+use convlog::model::{ConversationEntry, Role, Timestamp};
 use pyo3::exceptions::PyOverflowError;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
@@ -200,4 +202,78 @@ pub fn event_to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
         }
     }
     Ok(object)
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    }
+}
+
+fn time_text(at: Timestamp) -> PyResult<String> {
+    if at.0 < 0 {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "times before 1970 have no RFC 3339 form here",
+        ));
+    }
+    Ok(at.to_string())
+}
+
+/// An entry as a dict in the entry JSON form, built directly (the same
+/// keys and values as its serde form, without a `serde_json::Value` in
+/// between: reads of long conversations spend their time here).
+pub fn entry_to_py(py: Python<'_>, entry: &ConversationEntry) -> PyResult<Py<PyAny>> {
+    let dict = PyDict::new(py);
+    dict.set_item(intern!(py, "message_id"), entry.message_id.to_string())?;
+    dict.set_item(intern!(py, "evaluation_id"), &entry.evaluation_id)?;
+    dict.set_item(intern!(py, "sequence"), entry.sequence)?;
+    dict.set_item(intern!(py, "turn"), entry.turn)?;
+    dict.set_item(intern!(py, "role"), role_name(entry.role))?;
+    dict.set_item(intern!(py, "content"), entry.content.as_deref())?;
+    let reasoning = match &entry.reasoning {
+        Some(reasoning) => {
+            let item = PyDict::new(py);
+            item.set_item(intern!(py, "text"), reasoning.text.as_deref())?;
+            item.set_item(intern!(py, "signature"), reasoning.signature.as_deref())?;
+            item.set_item(intern!(py, "redacted"), reasoning.redacted)?;
+            item.into_any().unbind()
+        }
+        None => py.None(),
+    };
+    dict.set_item(intern!(py, "reasoning"), reasoning)?;
+    let calls = PyList::empty(py);
+    for call in &entry.tool_calls {
+        let item = PyDict::new(py);
+        item.set_item(intern!(py, "call_id"), &call.call_id)?;
+        item.set_item(intern!(py, "name"), &call.name)?;
+        item.set_item(intern!(py, "arguments"), &call.arguments)?;
+        item.set_item(intern!(py, "status"), call.status.as_str())?;
+        item.set_item(
+            intern!(py, "started_at"),
+            call.started_at.map(time_text).transpose()?,
+        )?;
+        item.set_item(
+            intern!(py, "ended_at"),
+            call.ended_at.map(time_text).transpose()?,
+        )?;
+        item.set_item(intern!(py, "error"), call.error.as_deref())?;
+        calls.append(item)?;
+    }
+    dict.set_item(intern!(py, "tool_calls"), calls)?;
+    dict.set_item(intern!(py, "tool_call_id"), entry.tool_call_id.as_deref())?;
+    dict.set_item(intern!(py, "tool_name"), entry.tool_name.as_deref())?;
+    dict.set_item(intern!(py, "is_error"), entry.is_error)?;
+    dict.set_item(intern!(py, "finish_reason"), entry.finish_reason.as_deref())?;
+    dict.set_item(intern!(py, "prompt_ns"), entry.prompt_ns.as_deref())?;
+    dict.set_item(intern!(py, "prompt_key"), entry.prompt_key.as_deref())?;
+    dict.set_item(intern!(py, "created_at"), time_text(entry.created_at)?)?;
+    let metadata = PyDict::new(py);
+    for (key, value) in &entry.metadata {
+        metadata.set_item(key, value)?;
+    }
+    dict.set_item(intern!(py, "metadata"), metadata)?;
+    Ok(dict.into_any().unbind())
 }

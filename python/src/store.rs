@@ -101,7 +101,7 @@ impl Conversation {
 /// (computed with the GIL released).
 pub struct ConversationData {
     conversation_id: String,
-    entries: Vec<Value>,
+    entries: Vec<convlog::ConversationEntry>,
     evaluations: Vec<String>,
     last_lsn: u64,
     anomalies: Vec<Value>,
@@ -109,14 +109,7 @@ pub struct ConversationData {
 
 impl ConversationData {
     pub fn of(slice: &convlog::ConversationSlice) -> convlog::Result<ConversationData> {
-        let entries = slice
-            .entries()
-            .map(serde_json::to_value)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|error| convlog::Error::JsonEncode {
-                lsn: slice.last_lsn(),
-                reason: error.to_string(),
-            })?;
+        let entries = slice.entries().cloned().collect();
         let anomalies = slice
             .anomalies()
             .iter()
@@ -138,7 +131,7 @@ impl ConversationData {
     pub fn into_py(self, py: Python<'_>) -> PyResult<Conversation> {
         let entries = PyList::empty(py);
         for entry in &self.entries {
-            entries.append(convert::to_py(py, entry)?)?;
+            entries.append(convert::entry_to_py(py, entry)?)?;
         }
         let anomalies = PyList::empty(py);
         for anomaly in &self.anomalies {

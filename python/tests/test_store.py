@@ -323,3 +323,27 @@ def test_omitted_sequences_follow_every_other_writer_of_the_store(store: convlog
                 for _, event in store.events(conversation_id="c") if event["type"] == "conversation_recorded"]
     assert recorded == [("0", 0), ("explicit", 7), ("after explicit", 8), ("control", 20),
                         ("after control", 21), ("after replace", 1)]
+
+
+def test_folded_entries_have_exactly_the_json_form_of_the_recorded_ones(store: convlog.Store) -> None:
+    entry = {
+        "message_id": "0b6f3c1e-6a39-4d4e-9a57-2f1d8f0c9a11", "evaluation_id": "eval-7", "sequence": 1,
+        "turn": 1, "role": "assistant", "content": "Let me look that up.",
+        "reasoning": {"text": "need two lookups", "signature": "EqQBCkYIBx", "redacted": False},
+        "tool_calls": [
+            {"call_id": "call_1", "name": "search", "arguments": '{"q":"paris"}', "status": "running",
+             "started_at": "2026-11-22T12:00:00.5Z", "ended_at": None, "error": None},
+            {"call_id": "call_2", "name": "search", "arguments": "not json", "status": "failed",
+             "started_at": None, "ended_at": "2026-11-22T12:00:01Z", "error": "boom"},
+        ],
+        "tool_call_id": None, "tool_name": None, "is_error": False, "finish_reason": "tool_calls",
+        "prompt_ns": "travel", "prompt_key": "planner", "created_at": "2026-11-22T12:00:00.123456Z",
+        "metadata": {"convlog.x": "1", "a": "é"},
+    }
+    store.append([entry_event("ctx", **entry)])
+    folded = store.conversation("ctx").entries[0]
+    recorded = store.event(1)["entry"]
+    assert folded == recorded
+    assert folded["tool_calls"][0]["started_at"] == "2026-11-22T12:00:00.500000Z"
+    assert folded["created_at"] == "2026-11-22T12:00:00.123456Z"
+    assert folded["reasoning"] == {"text": "need two lookups", "signature": "EqQBCkYIBx", "redacted": False}

@@ -13,9 +13,11 @@ in one run, on the same disk (issue 13; results in docs/performance.md).
 - ``get_items()`` of a 200-item session (a realistic mix of messages, calls
   and outputs), median per call: "warm" (nothing written since the last read),
   "after another session wrote" (before each read, so ConvlogSession checks
-  the log for its conversation) and "by a new session object" (the previous
-  ones gone: ConvlogSession has no cache and reads the conversation; SQLite
-  opens its connection).
+  the log for its conversation), "by a new session object" (the previous one
+  closed and gone, as a host making a session object per request does;
+  SQLite opens a connection) and "first read in the process" (ConvlogSession
+  on a store object of its own, read-only, opened outside the timing: it
+  reads the conversation from the store; SQLite: a new SQLiteSession).
 
 Each round starts from fresh files. Ratios are SQLiteSession's time over
 ConvlogSession's (above 1: ConvlogSession is faster).
@@ -142,16 +144,32 @@ async def _get_items_round(base: Path, name: str, size: int, reads: int, mode: s
         for n in range(reads):
             if mode == "after writes":
                 await other.add_items([_item(n + 1)])
+            reader: Union[convlog.Store, None] = None
             if mode == "new object":
                 backend.sessions.remove(session)
                 session.close()
                 del session
                 gc.collect()
                 session = backend.session("reader")
+            elif mode == "first read":
+                backend.sessions.remove(session)
+                session.close()
+                if backend.store is not None:
+                    # A store object of its own: nothing of the session cached.
+                    reader = convlog.Store.open(backend.root / "store", read_only=True)
+                    session = ConvlogSession("reader", reader)
+                else:
+                    session = SQLiteSession("reader", backend.root / "agents.db")
+                backend.sessions.append(session)
             started = time.perf_counter()
             items = await session.get_items()
             times.append(time.perf_counter() - started)
             assert len(items) == size
+            if reader is not None:
+                backend.sessions.remove(session)
+                session.close()
+                reader.close()
+                session = backend.session("reader")
         return statistics.median(times)
     finally:
         _dispose(backend)
@@ -198,6 +216,7 @@ async def main() -> None:
         "warm": "warm",
         "after writes": "after another session wrote",
         "new object": "by a new session object",
+        "first read": "first read in the process",
     }
     for mode, label in labels.items():
         result = await _rounds(

@@ -356,8 +356,8 @@ def test_the_example_runs(tmp_path: Path) -> None:
 
 @pytest.mark.asyncio
 async def test_a_session_read_back_from_the_store(tmp_path: Path, store: convlog.Store) -> None:
-    """No session object of the process left: a new one reads the session
-    from the store (pairing included) and continues its run."""
+    """No state of the session left in the process: a new session object
+    reads it from the store (pairing included) and continues its run."""
     from test_openai_agents_protocol import CATALOGUE
 
     stored: list[Any] = copy.deepcopy(CATALOGUE) + [
@@ -370,6 +370,7 @@ async def test_a_session_read_back_from_the_store(tmp_path: Path, store: convlog
     expected = await session.get_items()
     assert expected == CATALOGUE
     del session
+    openai_agents._recent.clear()  # the process keeps no state of it now
     gc.collect()
     again = ConvlogSession("reread", store)
     assert await again.get_items() == expected
@@ -416,3 +417,21 @@ async def test_resume_and_every_render_read_an_sdk_session(store: convlog.Store)
     openai = store.render("rendered", "openai")["body"]["messages"]
     assert [m["role"] for m in openai[:3]] == ["system", "developer", "user"]
     assert {"role": "tool", "tool_call_id": "call_1", "content": "18C, sunny"} in openai
+
+
+@pytest.mark.asyncio
+async def test_a_session_object_per_request_finds_the_cache(store: convlog.Store) -> None:
+    first = ConvlogSession("per-request", store)
+    await first.add_items([user("1")])
+    state = first._state
+    first.close()
+    del first
+    gc.collect()
+    second = ConvlogSession("per-request", store)
+    assert second._state is state  # kept: no reading the conversation again
+    assert await second.get_items() == [user("1")]
+    for n in range(openai_agents.STATES_KEPT_MAX + 1):
+        ConvlogSession(f"other-{n}", store)
+    del second
+    gc.collect()
+    assert ConvlogSession("per-request", store)._state is not state  # the oldest went

@@ -50,6 +50,7 @@ import os
 import threading
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -148,6 +149,10 @@ FLUSH_EVENTS_MAX = 4096
 FLUSH_BYTES_MAX = 16 * 1024 * 1024
 """Bytes of items (JSON text) appended together in one batch at most (the
 store takes 64 MiB per batch)."""
+
+STATES_KEPT_MAX = 256
+"""Sessions whose state (their cached items) the process keeps after their
+last session object is gone, the most recently used first."""
 
 SESSION_WORKERS_MAX = 64
 """Threads running the sessions' blocking store calls (shared by all
@@ -896,18 +901,26 @@ _states: "weakref.WeakValueDictionary[tuple[int, str], _State]" = weakref.WeakVa
 
 
 _flushers: "weakref.WeakValueDictionary[int, _Flusher]" = weakref.WeakValueDictionary()
+_recent: "OrderedDict[tuple[int, str], _State]" = OrderedDict()
 
 
 def _state_of(store: Store, session_id: str) -> _State:
     with _states_lock:
-        state = _states.get((id(store), session_id))
+        key = (id(store), session_id)
+        state = _states.get(key)
         if state is None or state.store is not store:
             flusher = _flushers.get(id(store))
             if flusher is None or flusher.store is not store:
                 flusher = _Flusher(store)
                 _flushers[id(store)] = flusher
             state = _State(store, session_id, flusher)
-            _states[(id(store), session_id)] = state
+            _states[key] = state
+        # Kept a while after its last session object goes (a host that makes
+        # a session object per request finds its cache again).
+        _recent[key] = state
+        _recent.move_to_end(key)
+        while len(_recent) > STATES_KEPT_MAX:
+            _recent.popitem(last=False)
         return state
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -430,8 +431,10 @@ async def test_a_session_object_per_request_finds_the_cache(store: convlog.Store
     second = ConvlogSession("per-request", store)
     assert second._state is state  # kept: no reading the conversation again
     assert await second.get_items() == [user("1")]
-    for n in range(openai_agents.STATES_KEPT_MAX + 1):
+    kept = weakref.ref(state)
+    del second, state
+    for n in range(openai_agents.STATES_KEPT_MAX):
         ConvlogSession(f"other-{n}", store)
-    del second
     gc.collect()
-    assert ConvlogSession("per-request", store)._state is not state  # the oldest went
+    assert kept() is None  # the least recently used went
+    assert await ConvlogSession("per-request", store).get_items() == [user("1")]

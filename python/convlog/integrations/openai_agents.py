@@ -874,24 +874,21 @@ class _Flusher:
             state.catch_up()
         runs = {id(state): state.run for state in states}
         names: dict[int, dict[str, str]] = {id(state): {} for state in states}
+        # Per state: its items in order and where its events sit in the batch.
+        pairs: dict[int, list[tuple[str, Mapping[str, Any]]]] = {id(s): [] for s in states}
+        spans: dict[int, list[tuple[int, int]]] = {id(s): [] for s in states}
         events: list[dict[str, Any]] = []
-        spans: list[tuple[int, int, _Run]] = []
         for request in batch:
             key = id(request.state)
             planned, runs[key] = request.state.plan(request.pairs, runs[key], names[key])
-            spans.append((len(events), len(planned), runs[key]))
+            spans[key].append((len(events), len(planned)))
+            pairs[key].extend(request.pairs)
             events.extend(planned)
         lsns = self.store.append(events)
-        # Each state takes its requests in order, with the run after its last.
         for state in states:
             key = id(state)
-            mine = [
-                range(lsns.start + offset, lsns.start + offset + count)
-                for request, (offset, count, _) in zip(batch, spans)
-                if request.state is state
-            ]
-            pairs = [pair for request in batch if request.state is state for pair in request.pairs]
-            state.recorded(pairs, runs[key], names[key], lsns, mine)
+            mine = [range(lsns.start + at, lsns.start + at + count) for at, count in spans[key]]
+            state.recorded(pairs[key], runs[key], names[key], lsns, mine)
 
 
 # The states of the process's sessions, by store and session id; a state

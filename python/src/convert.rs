@@ -3,7 +3,7 @@
 //! JSON the CLI reads and the Python side gets plain dicts and lists.
 
 use base64::Engine;
-use convlog::model::{ConversationEntry, Role, Timestamp};
+use convlog::model::{ConversationEntry, Event, Role, Timestamp};
 use pyo3::exceptions::PyOverflowError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -187,21 +187,39 @@ pub fn to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
     })
 }
 
-/// An event's JSON form as a Python dict, with a custom event's payload as
-/// `bytes` (the JSON form holds it as base64).
-pub fn event_to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
-    let object = to_py(py, value)?;
-    if value.get("type").and_then(Value::as_str) == Some("custom") {
-        if let Some(Value::String(payload)) = value.get("payload") {
-            // The store wrote this base64 itself; it always decodes.
-            if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(payload) {
-                object
-                    .bind(py)
-                    .set_item("payload", PyBytes::new(py, &bytes))?;
-            }
+/// An event as a dict in its JSON form (docs/events.md), with a custom
+/// event's payload as `bytes` (the JSON form holds it as base64). Recorded
+/// entries and custom events, most of a log, are built directly.
+pub fn event_to_py(py: Python<'_>, lsn: u64, event: &Event) -> PyResult<Py<PyAny>> {
+    let dict = PyDict::new(py);
+    match event {
+        Event::ConversationRecorded(recorded) => {
+            dict.set_item(intern!(py, "type"), intern!(py, "conversation_recorded"))?;
+            dict.set_item(intern!(py, "conversation_id"), &recorded.conversation_id)?;
+            dict.set_item(intern!(py, "session_id"), recorded.session_id.as_deref())?;
+            dict.set_item(intern!(py, "created_at"), time_text(recorded.created_at)?)?;
+            dict.set_item(intern!(py, "entry"), entry_to_py(py, &recorded.entry)?)?;
+        }
+        Event::Custom(custom) => {
+            dict.set_item(intern!(py, "type"), intern!(py, "custom"))?;
+            dict.set_item(intern!(py, "kind"), &custom.kind)?;
+            dict.set_item(
+                intern!(py, "conversation_id"),
+                custom.conversation_id.as_deref(),
+            )?;
+            dict.set_item(intern!(py, "payload"), PyBytes::new(py, &custom.payload))?;
+        }
+        other => {
+            let value = serde_json::to_value(other).map_err(|error| {
+                crate::errors::to_py(convlog::Error::JsonEncode {
+                    lsn,
+                    reason: error.to_string(),
+                })
+            })?;
+            return to_py(py, &value);
         }
     }
-    Ok(object)
+    Ok(dict.into_any().unbind())
 }
 
 fn role_name(role: Role) -> &'static str {

@@ -12,7 +12,6 @@ use convlog::model::Event;
 use convlog::Store;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
-use serde_json::Value;
 
 use crate::convert;
 use crate::errors;
@@ -26,14 +25,6 @@ pub const TAIL_POLL_MIN: Duration = Duration::from_millis(1);
 /// The longest wait between two checks for signals in `tail()`, whatever
 /// `poll_interval` says, so Ctrl-C is seen within it.
 pub const TAIL_POLL_MAX: Duration = Duration::from_millis(500);
-
-/// An event's JSON form (docs/events.md) as a value.
-pub fn event_value(lsn: u64, event: &Event) -> convlog::Result<Value> {
-    serde_json::to_value(event).map_err(|error| convlog::Error::JsonEncode {
-        lsn,
-        reason: error.to_string(),
-    })
-}
 
 /// Which events a read keeps: one conversation's, and (when `kinds` is
 /// given) only custom events of those kinds.
@@ -67,7 +58,7 @@ impl EventFilter {
 
 struct IterState {
     cursor: Box<dyn LogCursor>,
-    buffer: VecDeque<(u64, Value)>,
+    buffer: VecDeque<(u64, Event)>,
     /// An error met after events still in the buffer: raised after them.
     pending_error: Option<convlog::Error>,
     done: bool,
@@ -108,16 +99,11 @@ impl EventIter {
                 }
                 Some(Ok(record)) => record,
             };
-            let kept = record.event().and_then(|event| {
-                if self.filter.keeps(&event) {
-                    event_value(record.lsn, &event).map(Some)
-                } else {
-                    Ok(None)
+            match record.event() {
+                Ok(event) if self.filter.keeps(&event) => {
+                    state.buffer.push_back((record.lsn, event));
                 }
-            });
-            match kept {
-                Ok(Some(value)) => state.buffer.push_back((record.lsn, value)),
-                Ok(None) => {}
+                Ok(_) => {}
                 Err(error) => {
                     state.pending_error = Some(error);
                     state.done = true;
@@ -148,7 +134,7 @@ impl EventIter {
             }
         });
         match next.map_err(errors::to_py)? {
-            Some((lsn, value)) => Ok(Some((lsn, convert::event_to_py(py, &value)?))),
+            Some((lsn, event)) => Ok(Some((lsn, convert::event_to_py(py, lsn, &event)?))),
             None => Ok(None),
         }
     }
@@ -233,7 +219,7 @@ impl Tail {
                 None => self.poll_interval,
             };
             let found = py
-                .detach(|| -> convlog::Result<Option<(u64, Value)>> {
+                .detach(|| -> convlog::Result<Option<(u64, Event)>> {
                     let mut iter = self.iter.lock();
                     loop {
                         let Some(record) = iter.wait_next(wait) else {
@@ -243,13 +229,13 @@ impl Tail {
                         self.next_lsn.store(record.lsn + 1, Ordering::Relaxed);
                         let event = record.event()?;
                         if self.filter.keeps(&event) {
-                            return Ok(Some((record.lsn, event_value(record.lsn, &event)?)));
+                            return Ok(Some((record.lsn, event)));
                         }
                     }
                 })
                 .map_err(errors::to_py)?;
-            if let Some((lsn, value)) = found {
-                return Ok(Some((lsn, convert::event_to_py(py, &value)?)));
+            if let Some((lsn, event)) = found {
+                return Ok(Some((lsn, convert::event_to_py(py, lsn, &event)?)));
             }
             py.check_signals()?;
         }

@@ -488,7 +488,7 @@ impl PyStore {
     fn event(&self, py: Python<'_>, lsn: u64) -> PyResult<Py<PyAny>> {
         let store = self.store(py)?;
         let found = py
-            .detach(|| -> convlog::Result<Option<Value>> {
+            .detach(|| -> convlog::Result<Option<Event>> {
                 if lsn == 0 {
                     return Ok(None);
                 }
@@ -499,17 +499,14 @@ impl PyStore {
                         if record.lsn != lsn {
                             return Ok(None);
                         }
-                        Ok(Some(crate::read::event_value(
-                            record.lsn,
-                            &record.event()?,
-                        )?))
+                        Ok(Some(record.event()?))
                     }
                     None => Ok(None),
                 }
             })
             .map_err(errors::to_py)?;
         match found {
-            Some(value) => convert::event_to_py(py, &value),
+            Some(event) => convert::event_to_py(py, lsn, &event),
             None => Err(errors::raise(
                 py,
                 "EventNotFoundError",

@@ -326,7 +326,7 @@ def test_omitted_sequences_follow_every_other_writer_of_the_store(store: convlog
 
 
 def test_folded_entries_have_exactly_the_json_form_of_the_recorded_ones(store: convlog.Store) -> None:
-    entry = {
+    entry: dict[str, Any] = {
         "message_id": "0b6f3c1e-6a39-4d4e-9a57-2f1d8f0c9a11", "evaluation_id": "eval-7", "sequence": 1,
         "turn": 1, "role": "assistant", "content": "Let me look that up.",
         "reasoning": {"text": "need two lookups", "signature": "EqQBCkYIBx", "redacted": False},
@@ -340,10 +340,31 @@ def test_folded_entries_have_exactly_the_json_form_of_the_recorded_ones(store: c
         "prompt_ns": "travel", "prompt_key": "planner", "created_at": "2026-11-22T12:00:00.123456Z",
         "metadata": {"convlog.x": "1", "a": "é"},
     }
-    store.append([entry_event("ctx", **entry)])
+    event = {"type": "conversation_recorded", "conversation_id": "ctx", "session_id": "s-1",
+             "created_at": "2026-11-22T12:00:00.123456Z", "entry": entry}
+    store.append([event])
     folded = store.conversation("ctx").entries[0]
     recorded = store.event(1)["entry"]
     assert folded == recorded
+    # Every field given comes back as given (times in their six-digit form).
+    expected = {**entry, "tool_calls": [
+        {**entry["tool_calls"][0], "started_at": "2026-11-22T12:00:00.500000Z"},
+        {**entry["tool_calls"][1], "ended_at": "2026-11-22T12:00:01.000000Z"},
+    ]}
+    assert store.event(1) == {**event, "entry": expected}
+    # Every other event type reads back as written, with its defaults.
+    others: list[dict[str, Any]] = [
+        {"type": "tool_status", "conversation_id": "ctx", "evaluation_id": "eval-7", "call_id": "call_1",
+         "status": "completed", "at": "2026-11-22T12:00:02.000000Z", "error": None, "resumed": True},
+        {"type": "history_curated", "conversation_id": "ctx", "strategy": "sliding_window(5)",
+         "original_count": 9, "curated_count": 5, "at": "2026-11-22T12:00:03.000000Z",
+         "prompt_name": None, "session_id": "s-1"},
+        {"type": "custom", "kind": "tokens", "conversation_id": None, "payload": b"\x00\xff"},
+        {"type": "messages_replaced", "conversation_id": "ctx", "at": "2026-11-22T12:00:04.000000Z",
+         "entries": [{**entry, "tool_calls": []}]},
+    ]
+    store.append(others)
+    assert [event for _, event in store.events(2)] == others
     assert folded["tool_calls"][0]["started_at"] == "2026-11-22T12:00:00.500000Z"
     assert folded["created_at"] == "2026-11-22T12:00:00.123456Z"
     assert folded["reasoning"] == {"text": "need two lookups", "signature": "EqQBCkYIBx", "redacted": False}

@@ -16,6 +16,9 @@ from ._convlog import Conversation, HistoryManager, Store, Tail
 from ._convlog import MessageControl as _MessageControl
 from ._types import Durability, Event, Pending, Provider, StrPath
 
+#: Events ``AsyncStore.events`` reads per call in a worker thread.
+EVENTS_CHUNK = 256
+
 
 class AsyncStore:
     """A :class:`convlog.Store` whose blocking methods are awaitable.
@@ -104,13 +107,15 @@ class AsyncStore:
         conversation_id: Optional[str] = None,
         kinds: Optional[Sequence[str]] = None,
     ) -> AsyncIterator[tuple[int, Event]]:
-        """The events of ``Store.events`` as an async iterator."""
+        """The events of ``Store.events`` as an async iterator (read in
+        chunks of ``EVENTS_CHUNK`` per worker-thread call)."""
         iterator = self.store.events(from_lsn, conversation_id=conversation_id, kinds=kinds)
         while True:
-            item = await asyncio.to_thread(_next_or_none, iterator)
-            if item is None:
+            chunk = await asyncio.to_thread(_next_chunk, iterator, EVENTS_CHUNK)
+            for item in chunk:
+                yield item
+            if len(chunk) < EVENTS_CHUNK:
                 return
-            yield item
 
     async def event(self, lsn: int) -> Event:
         return await asyncio.to_thread(self.store.event, lsn)
@@ -282,6 +287,15 @@ class AsyncTail:
     @property
     def next_lsn(self) -> int:
         return self.tail.next_lsn
+
+
+def _next_chunk(iterator: Any, size: int) -> list[tuple[int, Event]]:
+    chunk: list[tuple[int, Event]] = []
+    for item in iterator:
+        chunk.append(item)
+        if len(chunk) == size:
+            break
+    return chunk
 
 
 def _next_or_none(iterator: Any) -> Optional[tuple[int, Event]]:

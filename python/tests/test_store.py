@@ -285,14 +285,17 @@ def test_async_store_twins(store_path: Path) -> None:
             assert await store.conversation_ids() == ["c"]
             assert await store.contains_conversation("c")
             assert [lsn async for lsn, _ in store.events()] == [1]
+            await store.append([user("c", str(n)) for n in range(600)])
+            assert [lsn async for lsn, _ in store.events(2)] == list(range(2, 602))
+            assert [lsn async for lsn, _ in store.events(2, kinds=["none"])] == []
             assert (await store.event(1))["type"] == "conversation_recorded"
             await store.sync()
-            assert await store.refresh() == 2
+            assert await store.refresh() == 602
             tail = await store.tail()  # started: from the end of the log
             waiting = asyncio.ensure_future(_first(tail))
             await store.append([user("c", "later")])
-            assert (await waiting)[0] == 2
-            assert [lsn async for lsn, _ in await store.tail(1, idle_timeout=0.05)] == [1, 2]
+            assert (await waiting)[0] == 602
+            assert [lsn async for lsn, _ in await store.tail(600, idle_timeout=0.05)] == [600, 601, 602]
         assert store.closed
 
     asyncio.run(main())

@@ -1,6 +1,7 @@
 //! Resume, provider renders, history managers and verify: the parts of the
 //! Rust embedding API beyond appending and reading (docs/embedding.md).
 
+use std::cell::RefCell;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -256,6 +257,78 @@ pub fn verify(py: Python<'_>, path: PathBuf) -> PyResult<Py<PyAny>> {
     convert::to_py(py, &value)
 }
 
+thread_local! {
+    /// The exception a Python history manager raised (or the pairing it
+    /// broke) during the native call running on this thread: the call
+    /// raises it when it returns. Managers run on the calling thread (the
+    /// GIL is released, the thread is the same).
+    static MANAGER_ERROR: RefCell<Option<PyErr>> = const { RefCell::new(None) };
+}
+
+/// Whether a Python history manager failed in the current native call.
+pub fn manager_failed() -> bool {
+    MANAGER_ERROR.with(|error| error.borrow().is_some())
+}
+
+/// The error a Python history manager left for the current native call.
+pub fn take_manager_error() -> Option<PyErr> {
+    MANAGER_ERROR.with(|error| error.borrow_mut().take())
+}
+
+/// Raises what a Python history manager left, if anything, else `value`.
+pub fn after_managers<T>(value: T) -> PyResult<T> {
+    match take_manager_error() {
+        Some(error) => Err(error),
+        None => Ok(value),
+    }
+}
+
+/// A history manager written in Python: a callable from the entries (dicts)
+/// to the curated entries. It must keep the rules every manager keeps
+/// (docs/history.md): a result that breaks tool-call pairing of a coherent
+/// input is refused with `ValueError`.
+struct CallableManager {
+    callable: Py<PyAny>,
+    strategy: String,
+}
+
+impl history::HistoryManager for CallableManager {
+    fn curate(
+        &self,
+        entries: &[ConversationEntry],
+        _context: &CurationContext<'_>,
+    ) -> Vec<ConversationEntry> {
+        if manager_failed() {
+            return entries.to_vec();
+        }
+        let curated = Python::attach(|py| -> PyResult<Vec<ConversationEntry>> {
+            let shown = entries_to_py(py, entries)?;
+            let produced = self.callable.bind(py).call1((shown,))?;
+            let curated = entries_from_py(py, &produced)?;
+            if history::coherence::is_coherent(entries) {
+                if let Some(broken) = history::coherence::incoherences(&curated).first() {
+                    return Err(errors::invalid_argument(format!(
+                        "history manager {:?} broke tool-call pairing: {broken} (a manager keeps every call with its result)",
+                        self.strategy
+                    )));
+                }
+            }
+            Ok(curated)
+        });
+        match curated {
+            Ok(curated) => curated,
+            Err(error) => {
+                MANAGER_ERROR.with(|slot| *slot.borrow_mut() = Some(error));
+                entries.to_vec()
+            }
+        }
+    }
+
+    fn strategy(&self) -> String {
+        self.strategy.clone()
+    }
+}
+
 /// A history manager: chooses what the provider is shown, never breaking a
 /// tool call from its result, never touching the store (docs/history.md).
 #[pyclass(module = "convlog._convlog", name = "HistoryManager", frozen)]
@@ -340,6 +413,16 @@ impl PyHistoryManager {
         PyHistoryManager::of(composed)
     }
 
+    /// A manager written in Python: `curate(entries) -> entries` (dicts in
+    /// the entry JSON form); `strategy` is the label recorded for it.
+    #[staticmethod]
+    fn custom(strategy: String, curate: Py<PyAny>) -> PyHistoryManager {
+        PyHistoryManager::of(CallableManager {
+            callable: curate,
+            strategy,
+        })
+    }
+
     /// The one-line form: `window=50,truncate=1000,budget=100000,prune=N`.
     #[staticmethod]
     fn parse(spec: &str) -> PyResult<PyHistoryManager> {
@@ -357,7 +440,9 @@ impl PyHistoryManager {
     /// The curated view of `entries` (dicts in the entry JSON form).
     fn curate(&self, py: Python<'_>, entries: &Bound<'_, PyAny>) -> PyResult<Py<PyList>> {
         let entries = entries_from_py(py, entries)?;
+        take_manager_error();
         let curated = py.detach(|| self.manager.curate(&entries, &CurationContext::new()));
+        after_managers(())?;
         entries_to_py(py, &curated)
     }
 
@@ -367,7 +452,8 @@ impl PyHistoryManager {
 }
 
 /// Curates a stored conversation; with `record`, records the
-/// `history_curated` event (`lsn` is its LSN, else None).
+/// `history_curated` event (`lsn` is its LSN, else None) unless a Python
+/// manager failed (the caller raises its error).
 pub fn curate_stored(
     store: &convlog::Store,
     conversation_id: &str,
@@ -375,20 +461,24 @@ pub fn curate_stored(
     record: bool,
     scope: &CurationScope,
 ) -> convlog::Result<(Vec<ConversationEntry>, String, usize, Option<u64>)> {
-    if record {
-        let curation = history::curate_conversation_with(store, conversation_id, manager, scope)?;
-        return Ok((
-            curation.entries,
-            curation.strategy,
-            curation.original_count,
-            Some(curation.lsn),
-        ));
-    }
     let slice = store.conversation(conversation_id)?;
     let entries: Vec<ConversationEntry> = slice.entries().cloned().collect();
     let context = CurationContext::new()
         .with_store(store)
         .with_conversation(&slice);
     let curated = manager.curate(&entries, &context);
-    Ok((curated, manager.strategy(), entries.len(), None))
+    let strategy = manager.strategy();
+    let lsn = if record && !manager_failed() {
+        Some(history::record_curation_with(
+            store,
+            conversation_id,
+            &strategy,
+            entries.len(),
+            curated.len(),
+            scope,
+        )?)
+    } else {
+        None
+    };
+    Ok((curated, strategy, entries.len(), lsn))
 }

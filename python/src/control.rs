@@ -114,6 +114,11 @@ struct PyGenerator {
 
 impl convlog::control::Generator for PyGenerator {
     fn generate(&mut self, view: &[ConversationEntry]) -> Result<Vec<ConversationEntry>, String> {
+        if api::manager_failed() {
+            // The history manager raised: the model is not run, nothing
+            // generated is saved, and the manager's error is raised.
+            return Err("the history manager failed".to_string());
+        }
         Python::attach(|py| {
             let run = || -> PyResult<Vec<ConversationEntry>> {
                 let shown = api::entries_to_py(py, view)?;
@@ -171,8 +176,12 @@ impl PyMessageControl {
             callable: generator,
             raised: None,
         };
+        api::take_manager_error();
         let result = py.detach(|| run(&self.control, &mut generator));
         self.wrote(context_id);
+        if let Some(error) = api::take_manager_error() {
+            return Err(error);
+        }
         match result {
             Ok(generation) => generation_to_py(py, &generation),
             Err(error) => {

@@ -643,6 +643,7 @@ impl PyStore {
             include_reasoning,
             openai_reasoning_content,
         )?;
+        api::take_manager_error();
         let value = py
             .detach(|| -> convlog::Result<Value> {
                 let mut entries: Vec<convlog::ConversationEntry> = match &history {
@@ -668,7 +669,8 @@ impl PyStore {
                 let request = convlog::render(provider, &entries, &options)?;
                 Ok(api::rendered_value(&request))
             })
-            .map_err(errors::to_py)?;
+            .map_err(errors::to_py);
+        let value = api::after_managers(value)??;
         convert::to_py(py, &value)
     }
 
@@ -693,7 +695,8 @@ impl PyStore {
         if let Some(session_id) = session_id {
             scope = scope.session_id(session_id);
         }
-        let (entries, strategy, original_count, lsn) = py
+        api::take_manager_error();
+        let curated = py
             .detach(|| {
                 api::curate_stored(
                     &store,
@@ -703,7 +706,8 @@ impl PyStore {
                     &scope,
                 )
             })
-            .map_err(errors::to_py)?;
+            .map_err(errors::to_py);
+        let (entries, strategy, original_count, lsn) = api::after_managers(curated)??;
         let dict = PyDict::new(py);
         dict.set_item("curated_count", entries.len())?;
         dict.set_item("entries", api::entries_to_py(py, &entries)?)?;

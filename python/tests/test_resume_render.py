@@ -236,3 +236,54 @@ def test_async_twins_of_resume_render_and_curate(store_path: Path) -> None:
             assert curated["original_count"] == 4
 
     asyncio.run(main())
+
+
+def test_a_history_manager_written_in_python(store: convlog.Store) -> None:
+    entries = _chat(store, 6)
+
+    def last_two(shown: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [entry for entry in shown if entry["role"] == "system"] + shown[-2:]
+
+    manager = convlog.HistoryManager.custom("last_two", last_two)
+    assert manager.strategy == "last_two"
+    assert [e["content"] for e in manager.curate(entries)] == ["Be brief.", "message 5", "message 6"]
+    composed = convlog.HistoryManager.composed(convlog.HistoryManager.tool_result_truncator(10), manager)
+    assert composed.strategy == "composed(tool_result_truncator(10), last_two)"
+    assert len(store.render("chat", "openai", history=composed)["messages"]) == 3
+    curation = store.curate("chat", manager)
+    assert (curation["curated_count"], curation["strategy"]) == (3, "last_two")
+    assert store.event(curation["lsn"])["strategy"] == "last_two"
+
+
+def test_a_failing_python_history_manager_raises_and_records_nothing(store: convlog.Store) -> None:
+    _chat(store, 2)
+
+    def broken(shown: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        raise RuntimeError("manager bug")
+
+    manager = convlog.HistoryManager.custom("broken", broken)
+    before = store.next_lsn
+    with pytest.raises(RuntimeError, match="manager bug"):
+        store.curate("chat", manager)
+    with pytest.raises(RuntimeError, match="manager bug"):
+        store.render("chat", "openai", history=manager, record_curation=True)
+    with pytest.raises(RuntimeError, match="manager bug"):
+        manager.curate(store.conversation("chat").entries)
+    assert store.next_lsn == before, "no curation was recorded"
+    control = store.message_control(manager)
+    control.create_context("alice", "chat")
+    with pytest.raises(RuntimeError, match="manager bug"):
+        control.generate("alice", "chat", lambda shown: [{"evaluation_id": "g", "role": "assistant", "content": "x"}])
+    assert len(control.entries("alice", "chat")) == 3, "nothing generated was saved"
+    # The next call is not affected by the earlier failure.
+    assert len(convlog.HistoryManager.sliding_window(1).curate(store.conversation("chat").entries)) == 2
+
+
+def test_a_python_history_manager_may_not_break_tool_pairing(store: convlog.Store) -> None:
+    _crashed_trip(store)
+    store.append([entry_event("trip", evaluation_id="e1", role="tool", turn=1, tool_call_id="call_rome",
+                              tool_name="weather", content="21C")])
+    entries = store.conversation("trip").entries
+    orphaning = convlog.HistoryManager.custom("drop_calls", lambda shown: [e for e in shown if e["role"] != "assistant"])
+    with pytest.raises(ValueError, match="broke tool-call pairing"):
+        orphaning.curate(entries)

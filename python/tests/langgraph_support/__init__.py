@@ -1,0 +1,1 @@
+"""A real LangGraph graph for the checkpointer tests and benchmark: no network, scripted model."""

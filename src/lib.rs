@@ -144,7 +144,7 @@ pub use log::{Durability, Lsn};
 pub use model::{ConversationEntry, Event, Role, Timestamp, ToolCall, ToolStatus};
 pub use provider::{render, to_entries as ingest, Provider, RenderOptions, RenderedRequest};
 pub use reducer::Reducer;
-pub use resume::{ResumeOptions, ResumeState};
+pub use resume::{EvaluationState, ResumeOptions, ResumeState};
 pub use store::{AppendOptions, Expect, LogView, Retention, Store, StoreBuilder, StoreOptions};
 
 /// The code blocks of `README.md`, compiled and run as doctests so the

@@ -118,54 +118,95 @@ pub struct ResumeState {
     pub finished: bool,
 }
 
-impl ResumeState {
-    /// Builds the resume state of `evaluation_id` from a folded conversation.
-    pub fn from_slice(slice: &ConversationSlice, evaluation_id: &str) -> ResumeState {
-        let entries: Vec<ConversationEntry> = slice
-            .evaluation(evaluation_id)
-            .into_iter()
-            .cloned()
-            .collect();
-        let mut unfinished_calls = Vec::new();
-        let mut finished_calls = Vec::new();
-        let results = CallResults::new(&entries);
+/// Where one evaluation stands, borrowed from a folded conversation: what
+/// [`ResumeState`] reports, without copying an entry. A host that decides
+/// its next step from a slice it keeps (the agent runner does, at every
+/// step) reads this; [`ResumeState::from_slice`] is built from it.
+#[derive(Debug)]
+pub struct EvaluationState<'a> {
+    /// The evaluation's entries, in sequence order.
+    pub entries: Vec<&'a ConversationEntry>,
+    /// The unfinished calls in the order they were requested, each with the
+    /// assistant entry holding it.
+    pub unfinished: Vec<(&'a ConversationEntry, &'a ToolCall)>,
+    /// The sequence number the next entry should get.
+    pub next_sequence: u64,
+    /// The turn of the last assistant response (0 before any).
+    pub turn: u32,
+    /// The evaluation ended: its last entry is an assistant response with
+    /// no tool calls, and nothing is unfinished.
+    pub finished: bool,
+}
+
+impl<'a> EvaluationState<'a> {
+    /// The state of `evaluation_id` in `slice`.
+    pub fn of(slice: &'a ConversationSlice, evaluation_id: &str) -> EvaluationState<'a> {
+        let entries = slice.evaluation(evaluation_id);
+        let results = CallResults::new(entries.iter().copied());
+        let mut unfinished = Vec::new();
+        let mut turn = 0;
         for entry in entries.iter().filter(|entry| entry.role == Role::Assistant) {
+            turn = turn.max(entry.turn);
             for call in &entry.tool_calls {
                 if results.is_unfinished(&entry.evaluation_id, call) {
-                    unfinished_calls.push(UnfinishedCall {
-                        call: call.clone(),
-                        assistant_message_id: entry.message_id,
-                    });
-                } else {
-                    finished_calls.push(FinishedCall {
-                        call: call.clone(),
-                        result: results.answer(&entry.evaluation_id, &call.call_id).cloned(),
-                    });
+                    unfinished.push((*entry, call));
                 }
             }
         }
-        let turn = entries
-            .iter()
-            .filter(|entry| entry.role == Role::Assistant)
-            .map(|entry| entry.turn)
-            .max()
-            .unwrap_or(0);
-        let finished = unfinished_calls.is_empty()
+        let finished = unfinished.is_empty()
             && entries
                 .last()
                 .is_some_and(|last| last.role == Role::Assistant && last.tool_calls.is_empty());
+        EvaluationState {
+            next_sequence: slice.next_sequence(evaluation_id),
+            entries,
+            unfinished,
+            turn,
+            finished,
+        }
+    }
+
+    /// The turn the next assistant response should carry. Stored turns are
+    /// at most `TURN_MAX` (< `u32::MAX`), so this never saturates for
+    /// validated entries; it never wraps to 0.
+    pub fn next_turn(&self) -> u32 {
+        self.turn.saturating_add(1)
+    }
+}
+
+impl ResumeState {
+    /// Builds the resume state of `evaluation_id` from a folded conversation.
+    pub fn from_slice(slice: &ConversationSlice, evaluation_id: &str) -> ResumeState {
+        let state = EvaluationState::of(slice, evaluation_id);
+        let results = CallResults::new(state.entries.iter().copied());
+        let finished_calls = state
+            .entries
+            .iter()
+            .filter(|entry| entry.role == Role::Assistant)
+            .flat_map(|entry| entry.tool_calls.iter().map(move |call| (*entry, call)))
+            .filter(|(entry, call)| !results.is_unfinished(&entry.evaluation_id, call))
+            .map(|(entry, call)| FinishedCall {
+                call: call.clone(),
+                result: results.answer(&entry.evaluation_id, &call.call_id).cloned(),
+            })
+            .collect();
         ResumeState {
             conversation_id: slice.conversation_id().to_string(),
             evaluation_id: evaluation_id.to_string(),
-            next_sequence: slice.next_sequence(evaluation_id),
-            entries,
-            unfinished_calls,
+            next_sequence: state.next_sequence,
+            unfinished_calls: state
+                .unfinished
+                .iter()
+                .map(|(assistant, call)| UnfinishedCall {
+                    call: (*call).clone(),
+                    assistant_message_id: assistant.message_id,
+                })
+                .collect(),
             finished_calls,
-            turn,
-            // Stored turns are at most TURN_MAX (< u32::MAX), so this never
-            // saturates for validated entries; it never wraps to 0.
-            next_turn: turn.saturating_add(1),
-            finished,
+            turn: state.turn,
+            next_turn: state.next_turn(),
+            finished: state.finished,
+            entries: state.entries.into_iter().cloned().collect(),
         }
     }
 

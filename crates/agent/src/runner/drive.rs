@@ -12,11 +12,11 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use convlog::conversation::CallResults;
 use convlog::history::{curated_event_with, CurationContext};
 use convlog::model::{
     ConversationEntry, Event, Role, Timestamp, ToolCall, ToolStatus, ToolStatusChanged,
 };
+use convlog::resume::EvaluationState;
 use convlog::{AppendOptions, ConversationSlice, Durability, Lsn};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use uuid::Uuid;
@@ -49,59 +49,6 @@ pub(super) struct Evaluation<'r> {
     batches_folded: Vec<Lsn>,
     /// What the model was last shown, kept between steps.
     view: view::ModelView,
-}
-
-/// Where the evaluation stands, borrowed from the folded conversation: what
-/// [`convlog::resume::ResumeState`] says of it, without copying entries.
-/// A step decides from it.
-pub(super) struct StepState<'s> {
-    /// The evaluation's entries, in sequence order.
-    pub(super) entries: Vec<&'s ConversationEntry>,
-    /// Calls pending or running with no result, in the order they were
-    /// requested, each with the assistant entry holding it.
-    pub(super) unfinished: Vec<(&'s ConversationEntry, &'s ToolCall)>,
-    /// The sequence the next entry gets.
-    pub(super) next_sequence: u64,
-    /// The turn of the last assistant response (0 before any).
-    pub(super) turn: u32,
-    /// The evaluation ended: its last entry is an assistant response with
-    /// no tool calls, and nothing is unfinished.
-    pub(super) finished: bool,
-}
-
-impl<'s> StepState<'s> {
-    pub(super) fn new(slice: &'s ConversationSlice, evaluation_id: &str) -> StepState<'s> {
-        let entries = slice.evaluation(evaluation_id);
-        let results = CallResults::new(entries.iter().copied());
-        let mut unfinished = Vec::new();
-        let mut turn = 0;
-        for entry in entries.iter().filter(|entry| entry.role == Role::Assistant) {
-            turn = turn.max(entry.turn);
-            for call in &entry.tool_calls {
-                if results.is_unfinished(&entry.evaluation_id, call) {
-                    unfinished.push((*entry, call));
-                }
-            }
-        }
-        let finished = unfinished.is_empty()
-            && entries
-                .last()
-                .is_some_and(|last| last.role == Role::Assistant && last.tool_calls.is_empty());
-        StepState {
-            next_sequence: slice.next_sequence(evaluation_id),
-            entries,
-            unfinished,
-            turn,
-            finished,
-        }
-    }
-
-    /// The turn the next assistant response carries. Stored turns are at
-    /// most `TURN_MAX` (< `u32::MAX`), so this never saturates for
-    /// validated entries; it never wraps to 0.
-    pub(super) fn next_turn(&self) -> u32 {
-        self.turn.saturating_add(1)
-    }
 }
 
 /// An evaluation's appends.
@@ -375,7 +322,7 @@ impl<'r> Evaluation<'r> {
     /// model, or say why the evaluation stops.
     async fn pass(&self, view: &mut view::ModelView) -> Result<Pass, RunError> {
         let slice = self.slice.as_ref().expect("refreshed");
-        let state = StepState::new(slice, &self.evaluation_id);
+        let state = EvaluationState::of(slice, &self.evaluation_id);
         if state.finished {
             return Ok(Pass::Stop(StopReason::Final));
         }
@@ -439,7 +386,7 @@ impl<'r> Evaluation<'r> {
     async fn step(
         &self,
         shown: &[ConversationEntry],
-        state: &StepState<'_>,
+        state: &EvaluationState<'_>,
     ) -> Result<(Uuid, Option<Usage>), RunError> {
         let runner = self.runner;
         let specs = runner.tools.specs();
@@ -481,7 +428,7 @@ impl<'r> Evaluation<'r> {
     fn place(
         &self,
         mut entry: ConversationEntry,
-        state: &StepState<'_>,
+        state: &EvaluationState<'_>,
     ) -> Result<ConversationEntry, RunError> {
         let mut seen: HashSet<&str> = state
             .entries
@@ -518,7 +465,7 @@ impl<'r> Evaluation<'r> {
         Ok(entry)
     }
 
-    fn failure_event(&self, state: &StepState<'_>, error: &crate::ModelError) -> Event {
+    fn failure_event(&self, state: &EvaluationState<'_>, error: &crate::ModelError) -> Event {
         let status = match &error.kind {
             ModelErrorKind::Status { status, .. } => Some(*status),
             _ => None,

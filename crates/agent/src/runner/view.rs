@@ -199,7 +199,7 @@ mod tests {
     use convlog::ConversationSlice;
 
     use super::{model_view, ModelView};
-    use crate::runner::drive::StepState;
+    use convlog::resume::EvaluationState;
 
     const CONVERSATION: &str = "c";
 
@@ -287,7 +287,7 @@ mod tests {
                     && entry.content.as_deref() != Some("one again")));
 
             let resume = ResumeState::from_slice(&slice, "ev-c");
-            let step = StepState::new(&slice, "ev-c");
+            let step = EvaluationState::of(&slice, "ev-c");
             let unfinished: Vec<(&str, uuid::Uuid)> = step
                 .unfinished
                 .iter()

@@ -305,6 +305,13 @@ impl Inode {
         self.pending.push(DataOp::SetLen(len as u64));
     }
 
+    /// Extends the file with zeros to `len` bytes (preallocation): a size
+    /// change, pending until the next sync.
+    fn allocate(&mut self, len: u64) {
+        self.current.resize(len as usize, 0);
+        self.pending.push(DataOp::SetLen(len));
+    }
+
     fn sync(&mut self) {
         self.durable.clone_from(&self.current);
         self.pending.clear();
@@ -947,6 +954,29 @@ impl StorageFile for SimFile {
     fn size_bytes(&self) -> io::Result<u64> {
         let disk = self.shared.disk.lock();
         Ok(disk.inodes[&self.inode].current.len() as u64)
+    }
+
+    /// Preallocation (`fallocate`): an extension with zeros, kept or lost
+    /// by a crash like any unsynced size change until `sync_all`. Unlike a
+    /// write it either reserves all the space or fails with ENOSPC without
+    /// changing anything. Allocated space reads as zeros after a crash too
+    /// (a real file system's unwritten extents), never as stale bytes.
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let mut disk = self.shared.disk.lock();
+        disk.mutate()?;
+        let current = disk.inode(self.inode).current.len() as u64;
+        if len <= current {
+            return Ok(());
+        }
+        if let Some(capacity) = disk.faults.capacity_bytes {
+            if disk.used_bytes() + (len - current) > capacity {
+                disk.stats.faults_fired += 1;
+                return Err(disk_full());
+            }
+        }
+        disk.inode(self.inode).allocate(len);
+        Ok(())
     }
 }
 

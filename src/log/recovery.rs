@@ -1272,3 +1272,28 @@ pub fn chain_before(storage: &dyn Storage, dir: &Path, lsn: Lsn) -> Result<Chain
         )));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The skip over zero runs finds a proving frame wherever it starts
+    /// after them, and none where there is none.
+    #[test]
+    fn a_proving_frame_after_a_run_of_zeros_is_found_at_any_offset() {
+        let mut frame = Vec::new();
+        format::encode_frame(&mut frame, 10, 9, 0x1234_5678, &[b"payload".as_slice()]);
+        for zeros in 0..80 {
+            let mut bytes = vec![0u8; zeros];
+            bytes.extend_from_slice(&frame);
+            bytes.extend_from_slice(&[0u8; 100]);
+            assert!(later_frame_proves_durable(&bytes, 0, 3), "{zeros} zeros");
+            assert!(!later_frame_proves_durable(&bytes, 0, 9), "{zeros} zeros");
+            assert!(
+                !later_frame_proves_durable(&bytes, zeros + 1, 3),
+                "{zeros} zeros"
+            );
+        }
+        assert!(!later_frame_proves_durable(&[0u8; 4096], 0, 1));
+    }
+}

@@ -132,7 +132,7 @@ fn sim_records(storage: &SimStorage) -> Vec<Vec<u8>> {
 }
 
 /// A power cut at every mutating operation of the appends around a roll
-/// (the allocation of the segment's space and its fsync, the frames, the
+/// (the allocation of the segment's space, the frames and their fdatasyncs, the
 /// cut of the space past the last frame, the creation of the next segment
 /// and its first allocation), then a power loss with several fates for the
 /// unsynced operations: every acknowledged event survives, in order, the

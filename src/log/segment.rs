@@ -18,9 +18,10 @@ pub const TEMPORARY_SUFFIX: &str = ".tmp";
 /// Digits of the zero-padded first LSN in a segment file name.
 const SEGMENT_NAME_DIGITS: usize = 20;
 /// How far ahead of the frames the active segment's space is allocated, at
-/// most: the writer allocates (and fsyncs) the segment in steps of this size,
-/// up to `LogOptions::segment_bytes_max`, so that a commit's `fdatasync`
-/// writes data into space the file already has and carries no size change.
+/// most: the writer allocates the segment in steps of this size, up to
+/// `LogOptions::segment_bytes_max`, so that a commit's `fdatasync` writes
+/// data into space the file already has and carries no size change (but
+/// the first after each step, which makes the step's allocation durable).
 pub const PREALLOCATION_STEP_BYTES: u64 = 1 << 20;
 
 /// The file name of the segment whose first LSN is `first_lsn`.
@@ -123,8 +124,11 @@ pub fn create(
 
 /// The active segment as the writer writes it: a write that would end past
 /// the space allocated so far first allocates the next step
-/// ([`PREALLOCATION_STEP_BYTES`], up to `limit`) and makes the new length
-/// durable (`sync_all`), so the frames land in space the file already has.
+/// ([`PREALLOCATION_STEP_BYTES`], up to `limit`), so the frames land in
+/// space the file already has. The allocation is not fsynced on its own:
+/// the next `fdatasync` of the file makes it durable with the data written
+/// into it (the size is needed to read that data back), once per step, and
+/// under `Durability::None` no fsync enters the write path.
 ///
 /// Bytes past the last frame are zeros (allocated, not yet written): the
 /// file's length is no longer the end of its data. Recovery and readers
@@ -165,10 +169,10 @@ impl PreallocatedFile {
         })
     }
 
-    /// Allocates the step that holds `end`, durably. A failed allocation
-    /// (a full disk, a file system without it) is not an error: the write
-    /// then extends the file itself, as without preallocation, and fails on
-    /// its own if the disk is full. A failed fsync of the new length is.
+    /// Allocates the step that holds `end`. A failed allocation (a full
+    /// disk, a file system without it) is not an error: the write then
+    /// extends the file itself, as without preallocation, and fails on its
+    /// own if the disk is full.
     fn allocate_through(&self, end: u64) -> io::Result<()> {
         let mut allocated = self.allocated.lock();
         if end <= *allocated {
@@ -186,7 +190,6 @@ impl PreallocatedFile {
             tracing::debug!(segment = %self.path.display(), error = %error, "could not preallocate segment space; appending");
             return Ok(());
         }
-        self.inner.sync_all()?;
         *allocated = target;
         Ok(())
     }

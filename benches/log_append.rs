@@ -9,11 +9,15 @@
 //!    per append; per-thread connections and one shared connection) and a
 //!    JSONL file (one line + `fdatasync` per append under a mutex).
 //! 3. `Durability::None`, one writer, 256-byte events.
+//! 4. One writer, 700-byte payloads (issue 15): convlog `Sync` and `Group`
+//!    against SQLite (WAL, `synchronous=FULL`) and a raw append +
+//!    `fdatasync` loop, interleaved, fresh store per round, medians.
 //!
 //! Run with `cargo bench --bench log_append`. Environment:
 //! - `CONVLOG_BENCH_SECONDS`: length of each measured phase (default 2 s);
 //! - `CONVLOG_BENCH_ONLY`: a comma-separated subset of `disk`, `sync`,
-//!   `group`, `none` (default all);
+//!   `group`, `none`, `one` (default all);
+//! - `CONVLOG_BENCH_ROUNDS`: rounds of the one-writer comparison (default 3);
 //! - `CONVLOG_BENCH_THREADS`: the Group thread counts (default `1,8,64,256`);
 //! - `CONVLOG_BENCH_DIR`: where scratch stores go (default `target/bench-tmp`).
 
@@ -72,6 +76,9 @@ fn main() -> BenchResult<()> {
     } else {
         Vec::new()
     };
+    if selected("one") {
+        bench_one_writer(duration)?;
+    }
     print_summary(sync.as_ref(), &group, &none);
     Ok(())
 }
@@ -666,4 +673,142 @@ fn print_summary(sync: Option<&SyncResults>, group: &[GroupRow], none: &[NoneRow
         section("Summary against targets");
         table.print();
     }
+}
+
+// ---------------------------------------------------------------------------
+// 4. One writer, 700-byte payloads: convlog against SQLite and a raw loop
+
+/// Payload size of the one-writer comparison (issue 15).
+const ONE_WRITER_PAYLOAD_BYTES: usize = 700;
+/// Default rounds of the one-writer comparison.
+const ONE_WRITER_ROUNDS_DEFAULT: f64 = 3.0;
+
+/// The median and the range of `values`.
+fn median_range(values: &[f64]) -> (f64, f64, f64) {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    let median = if sorted.len().is_multiple_of(2) {
+        (sorted[middle - 1] + sorted[middle]) / 2.0
+    } else {
+        sorted[middle]
+    };
+    (median, sorted[0], sorted[sorted.len() - 1])
+}
+
+/// One writer, one durable append at a time, 700-byte payloads: convlog
+/// `Sync` and `Group` (each a fresh store per round) against SQLite WAL
+/// `synchronous=FULL` (one autocommit INSERT per append) and a raw loop
+/// that appends each payload to a growing file and `fdatasync`s it; for
+/// reference, the same raw loop writing in place into a file allocated
+/// ahead (what convlog's preallocated segments do, without the log). The
+/// order of the five rotates from round to round, so drift on a shared
+/// machine hits all of them alike.
+fn bench_one_writer(duration: Duration) -> BenchResult<()> {
+    section("4. One writer, 700-byte payloads: convlog vs SQLite WAL FULL vs raw append+fdatasync");
+    let pool = common::fixed_payloads(POOL_SEED ^ 0x0700, POOL_PAYLOADS, ONE_WRITER_PAYLOAD_BYTES);
+    let rounds =
+        common::env_f64("CONVLOG_BENCH_ROUNDS", ONE_WRITER_ROUNDS_DEFAULT).max(1.0) as usize;
+    let names = [
+        "convlog Sync",
+        "convlog Group",
+        "SQLite WAL FULL",
+        "raw append+fdatasync",
+        "raw in place (allocated)",
+    ];
+    let mut figures: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+    let mut header = vec!["round"];
+    header.extend(names);
+    header.push("fsyncs/append (Sync)");
+    let mut per_round = Table::new(&header);
+    for round in 0..rounds {
+        let mut values = [0.0; 5];
+        let mut sync_fsyncs = 0.0;
+        for step in 0..names.len() {
+            let which = (step + round) % names.len();
+            values[which] = match which {
+                0 | 1 => {
+                    let durability = if which == 0 {
+                        Durability::Sync
+                    } else {
+                        Durability::Group
+                    };
+                    let run =
+                        run_log("one", log_options(durability, false), 1, duration, &pool, 1)?;
+                    if which == 0 {
+                        sync_fsyncs = run.stats.syncs as f64 / run.measured.ops.max(1) as f64;
+                    }
+                    run.measured.ops_per_sec()
+                }
+                2 => sqlite_run(&pool, 1, duration, true)?.ops_per_sec(),
+                3 => raw_fdatasync(&pool, duration)?.ops_per_sec(),
+                _ => raw_in_place(&pool, duration)?.ops_per_sec(),
+            };
+        }
+        for (figure, value) in figures.iter_mut().zip(values) {
+            figure.push(value);
+        }
+        let mut row = vec![format!("#{}", round + 1)];
+        row.extend(values.iter().map(|value| grouped(*value)));
+        row.push(format!("{sync_fsyncs:.2}"));
+        per_round.row(row);
+    }
+    per_round.print();
+    println!();
+    let mut table = Table::new(&[
+        "run",
+        "appends/s median [min..max]",
+        "/ SQLite (median of rounds)",
+        "/ raw append (median of rounds)",
+    ]);
+    for (index, name) in names.iter().enumerate() {
+        let (median, low, high) = median_range(&figures[index]);
+        let ratio = |peer: usize| {
+            let ratios: Vec<f64> = figures[index]
+                .iter()
+                .zip(&figures[peer])
+                .map(|(ours, theirs)| ours / theirs)
+                .collect();
+            let (median, low, high) = median_range(&ratios);
+            format!("{median:.2} [{low:.2}..{high:.2}]")
+        };
+        table.row(vec![
+            name.to_string(),
+            format!("{} [{}..{}]", grouped(median), grouped(low), grouped(high)),
+            ratio(2),
+            ratio(3),
+        ]);
+    }
+    table.print();
+    println!("targets (issue 15): convlog Sync and Group >= 1.2x SQLite and >= 1.1x raw append");
+    Ok(())
+}
+
+/// Bytes the in-place raw loop allocates ahead (more than a phase writes).
+const RAW_IN_PLACE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// `pwrite` + `fdatasync` of each payload into a file whose space was
+/// allocated (and the allocation fsynced) before the clock started.
+fn raw_in_place(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Measured> {
+    use convlog::storage::{FileSystem, Storage};
+    let dir = common::scratch_dir("raw-in-place");
+    let path = dir.path().join("raw.bin");
+    let measured = run_threads(
+        1,
+        duration,
+        |_| {
+            let file = FileSystem.create(&path).expect("create raw file");
+            file.allocate(RAW_IN_PLACE_BYTES).expect("allocate");
+            file.sync_all().expect("fsync the allocation");
+            (file, 0u64)
+        },
+        |(file, offset), thread, iteration| {
+            let payload = pick(pool, thread, iteration);
+            file.write_all_at(payload, *offset).expect("write");
+            file.sync_data().expect("fdatasync");
+            *offset += payload.len() as u64;
+            payload.len()
+        },
+    );
+    Ok(measured)
 }

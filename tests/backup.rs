@@ -215,11 +215,18 @@ fn a_backup_goes_only_into_a_new_or_empty_directory_outside_the_store() {
 fn a_torn_write_at_the_end_of_the_source_is_not_copied() {
     let source = tempfile::tempdir().unwrap();
     fill(&Store::open(source.path(), options()).unwrap(), 5);
-    // A write in flight: half a frame after the last whole one.
+    // A write in flight: half a frame after the last whole one, in the
+    // space the writer allocated ahead of its frames (or at the end of the
+    // file if there is none).
     let last = common::segment_paths(source.path()).pop().unwrap();
     let mut bytes = std::fs::read(&last).unwrap();
-    let whole = bytes.len();
-    bytes.extend_from_within(whole - 40..whole - 10);
+    let whole = convlog::log::recovery::scan_segment(&bytes, true)
+        .unwrap()
+        .valid_bytes as usize;
+    if bytes.len() < whole + 30 {
+        bytes.resize(whole + 30, 0);
+    }
+    bytes.copy_within(whole - 40..whole - 10, whole);
     std::fs::write(&last, &bytes).unwrap();
 
     let place = tempfile::tempdir().unwrap();

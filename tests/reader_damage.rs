@@ -159,7 +159,7 @@ fn a_torn_tail_still_ends_a_directory_read_quietly() {
 
     // Half a frame at the end: what a crash mid-write leaves.
     let last = all.last().unwrap().position.offset;
-    let length = std::fs::metadata(&path).unwrap().len();
+    let length = common::data_end(&path);
     let mut frame = vec![0u8; (length - last) as usize];
     let file = std::fs::OpenOptions::new()
         .read(true)

@@ -15,6 +15,11 @@ fuzz_target!(|data: &[u8]| {
             }
             if !last {
                 assert!(!matches!(scan.end, ScanEnd::Torn { .. }), "a sealed segment never has a torn tail");
+                assert!(!matches!(scan.end, ScanEnd::Unused { .. }), "a sealed segment ends at its data");
+            }
+            if let ScanEnd::Unused { offset } = scan.end {
+                assert_eq!(offset, scan.valid_bytes);
+                assert!(data[offset as usize..].iter().all(|&byte| byte == 0), "unused space is zeros");
             }
             // The valid prefix scans clean on its own.
             let prefix = scan_segment(&data[..scan.valid_bytes as usize], last).expect("header was valid");

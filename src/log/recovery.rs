@@ -41,6 +41,13 @@ pub enum ScanEnd {
         /// Why the bytes there are not a frame.
         reason: String,
     },
+    /// The frames end at `offset` and every byte after it is zero: space
+    /// the writer allocated ahead of its frames and has not written yet
+    /// (only in the last segment; a sealed segment ends at its data).
+    Unused {
+        /// Where the frames end and the unused space starts.
+        offset: u64,
+    },
     /// Damage that a torn write cannot explain.
     Damaged {
         /// Where the damage starts.
@@ -142,6 +149,14 @@ pub fn scan_segment_probe(
             }
             FrameDecode::Invalid(reason) => reason.to_string(),
         };
+        if last && bytes[offset..].iter().all(|&byte| byte == 0) {
+            // Nothing was ever written here (or nothing that was reached the
+            // disk): preallocated space, not a torn tail.
+            scan.end = ScanEnd::Unused {
+                offset: offset as u64,
+            };
+            break;
+        }
         let offset = offset as u64;
         scan.end = if last && !later_frame_proves_durable(bytes, offset as usize + 1, scan.next_lsn)
         {
@@ -201,6 +216,17 @@ pub(crate) fn later_frame_proves_durable(bytes: &[u8], from: usize, damaged_lsn:
         let window = &bytes[position..];
         let first_lsn = u64::from_le_bytes(window[8..16].try_into().unwrap_or_default());
         let durable_lsn = u64::from_le_bytes(window[16..24].try_into().unwrap_or_default());
+        if durable_lsn == 0 {
+            // No frame starts here (its watermark would be above
+            // `damaged_lsn`). Skip a run of zeros, such as preallocated
+            // space, at once: the next candidate is the first position whose
+            // watermark bytes hold the next non-zero byte.
+            match window[16..].iter().position(|&byte| byte != 0) {
+                Some(zeros) => position += zeros.saturating_sub(7).max(1),
+                None => return false,
+            }
+            continue;
+        }
         if durable_lsn > damaged_lsn && first_lsn >= durable_lsn {
             if let FrameDecode::Complete(_) = format::decode_frame(window) {
                 return true;
@@ -561,7 +587,9 @@ impl Recovery<'_> {
             link_out: scan.link_out,
         };
         match scan.end {
-            ScanEnd::Clean => Ok(Ok(found)),
+            // Preallocated space after the frames stays: the writer goes on
+            // writing into it.
+            ScanEnd::Clean | ScanEnd::Unused { .. } => Ok(Ok(found)),
             ScanEnd::Torn { offset, reason } => {
                 cut_torn_tail(
                     self.storage,
@@ -604,11 +632,15 @@ impl Recovery<'_> {
         let old = self.segments.pop().expect("segments is not empty");
         // What the previous writer left unsynced (it may have died before
         // truncating) is served from now on: make it durable before it
-        // is sealed behind the fresh segment.
-        storage
+        // is sealed behind the fresh segment, and cut the space it had
+        // allocated past its frames: a sealed segment ends at its data.
+        let old_file = storage
             .open_write(&old.path)
-            .and_then(|file| file.sync_all())
+            .map_err(Error::io("open segment before sealing it", &old.path))?;
+        segment::trim_to_data(old_file.as_ref(), last.valid_bytes)
+            .and_then(|()| old_file.sync_all())
             .map_err(Error::io("fsync segment before sealing it", &old.path))?;
+        drop(old_file);
         let link = SegmentLink {
             store_id,
             prev_chain: last.link_out,
@@ -1111,7 +1143,7 @@ pub fn verify_with_progress(
             }
         }
         match &scan.end {
-            ScanEnd::Clean => {}
+            ScanEnd::Clean | ScanEnd::Unused { .. } => {}
             ScanEnd::Torn { offset, .. } => {
                 report.torn_tail = Some((segment.path.clone(), *offset))
             }
@@ -1238,5 +1270,30 @@ pub fn chain_before(storage: &dyn Storage, dir: &Path, lsn: Lsn) -> Result<Chain
                 "{problem}, before LSN {lsn} that the next segment's name promises this segment holds"
             ),
         )));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The skip over zero runs finds a proving frame wherever it starts
+    /// after them, and none where there is none.
+    #[test]
+    fn a_proving_frame_after_a_run_of_zeros_is_found_at_any_offset() {
+        let mut frame = Vec::new();
+        format::encode_frame(&mut frame, 10, 9, 0x1234_5678, &[b"payload".as_slice()]);
+        for zeros in 0..80 {
+            let mut bytes = vec![0u8; zeros];
+            bytes.extend_from_slice(&frame);
+            bytes.extend_from_slice(&[0u8; 100]);
+            assert!(later_frame_proves_durable(&bytes, 0, 3), "{zeros} zeros");
+            assert!(!later_frame_proves_durable(&bytes, 0, 9), "{zeros} zeros");
+            assert!(
+                !later_frame_proves_durable(&bytes, zeros + 1, 3),
+                "{zeros} zeros"
+            );
+        }
+        assert!(!later_frame_proves_durable(&[0u8; 4096], 0, 1));
     }
 }

@@ -1,6 +1,10 @@
 //! Segment files: names, listing and the creation protocol.
 
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::log::format::{self, SEGMENT_HEADER_BYTES};
@@ -13,6 +17,12 @@ pub const SEGMENT_EXTENSION: &str = "seg";
 pub const TEMPORARY_SUFFIX: &str = ".tmp";
 /// Digits of the zero-padded first LSN in a segment file name.
 const SEGMENT_NAME_DIGITS: usize = 20;
+/// How far ahead of the frames the active segment's space is allocated, at
+/// most: the writer allocates the segment in steps of this size, up to
+/// `LogOptions::segment_bytes_max`, so that a commit's `fdatasync` writes
+/// data into space the file already has and carries no size change (but
+/// the first after each step, which makes the step's allocation durable).
+pub const PREALLOCATION_STEP_BYTES: u64 = 1 << 20;
 
 /// The file name of the segment whose first LSN is `first_lsn`.
 pub fn segment_file_name(first_lsn: Lsn) -> String {
@@ -110,6 +120,127 @@ pub fn create(
         .map_err(Error::io("fsync store directory", dir))?;
     debug_assert_eq!(file.size_bytes().ok(), Some(SEGMENT_HEADER_BYTES as u64));
     Ok((SegmentFile { first_lsn, path }, file, header_crc))
+}
+
+/// The active segment as the writer writes it: a write that would end past
+/// the space allocated so far first allocates the next step
+/// ([`PREALLOCATION_STEP_BYTES`], up to `limit`), so the frames land in
+/// space the file already has. The allocation is not fsynced on its own:
+/// the next `fdatasync` of the file makes it durable with the data written
+/// into it (the size is needed to read that data back), once per step, and
+/// under `Durability::None` no fsync enters the write path.
+///
+/// Bytes past the last frame are zeros (allocated, not yet written): the
+/// file's length is no longer the end of its data. Recovery and readers
+/// find the end by the frames (see `docs/format.md`).
+pub(crate) struct PreallocatedFile {
+    inner: Arc<dyn StorageFile>,
+    path: PathBuf,
+    /// Allocate up to this length at most (the segment size limit).
+    limit: u64,
+    /// The length allocated so far (the file's length when wrapped).
+    allocated: Mutex<u64>,
+}
+
+impl std::fmt::Debug for PreallocatedFile {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("PreallocatedFile")
+            .field("path", &self.path)
+            .field("limit", &self.limit)
+            .field("allocated", &*self.allocated.lock())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PreallocatedFile {
+    /// Wraps the active segment `inner` at `path`, allocating up to `limit`.
+    pub(crate) fn new(
+        inner: Arc<dyn StorageFile>,
+        path: PathBuf,
+        limit: u64,
+    ) -> io::Result<PreallocatedFile> {
+        let allocated = inner.size_bytes()?;
+        Ok(PreallocatedFile {
+            inner,
+            path,
+            limit,
+            allocated: Mutex::new(allocated),
+        })
+    }
+
+    /// Allocates the step that holds `end`. A failed allocation (a full
+    /// disk, a file system without it) is not an error: the write then
+    /// extends the file itself, as without preallocation, and fails on its
+    /// own if the disk is full.
+    fn allocate_through(&self, end: u64) -> io::Result<()> {
+        let mut allocated = self.allocated.lock();
+        if end <= *allocated {
+            return Ok(());
+        }
+        let target = end
+            .div_ceil(PREALLOCATION_STEP_BYTES)
+            .saturating_mul(PREALLOCATION_STEP_BYTES)
+            .min(self.limit);
+        if target < end {
+            // A frame larger than the segment size limit: written as is.
+            return Ok(());
+        }
+        if let Err(error) = self.inner.allocate(target) {
+            tracing::debug!(segment = %self.path.display(), error = %error, "could not preallocate segment space; appending");
+            return Ok(());
+        }
+        *allocated = target;
+        Ok(())
+    }
+}
+
+impl StorageFile for PreallocatedFile {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.allocate_through(offset + buf.len() as u64)?;
+        self.inner.write_all_at(buf, offset)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.inner.sync_data()
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.inner.sync_all()
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let mut allocated = self.allocated.lock();
+        let result = self.inner.set_len(len);
+        // Whatever happened, allocate again before writing past `len`.
+        *allocated = (*allocated).min(len);
+        result
+    }
+
+    fn size_bytes(&self) -> io::Result<u64> {
+        self.inner.size_bytes()
+    }
+
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        self.inner.allocate(len)
+    }
+}
+
+/// Cuts the space allocated past a segment's last frame (`data_end`) and
+/// makes the cut durable: a segment is sealed (gets a successor) only once
+/// its file ends at its data, so every sealed segment does, as before
+/// preallocation. The frames must be durable already; this changes only
+/// the length.
+pub(crate) fn trim_to_data(file: &dyn StorageFile, data_end: u64) -> io::Result<()> {
+    if file.size_bytes()? > data_end {
+        file.set_len(data_end)?;
+        file.sync_all()?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -92,6 +92,11 @@ impl Writer {
     ) -> Writer {
         let active_bytes = recovered.active_bytes;
         let next_lsn = recovered.report.next_lsn;
+        let active_file = preallocated(
+            Arc::clone(&recovered.active_file),
+            &recovered.active.path,
+            options.segment_bytes_max,
+        );
         Writer {
             dir,
             store_id: recovered.report.store_id,
@@ -100,7 +105,7 @@ impl Writer {
             state: Mutex::new(State {
                 active_first_lsn: recovered.active.first_lsn,
                 active_path: recovered.active.path.clone(),
-                active_file: Arc::clone(&recovered.active_file),
+                active_file,
                 active_assigned_bytes: active_bytes,
                 next_lsn,
                 chain_crc: recovered.active_chain_crc,
@@ -419,6 +424,10 @@ impl Writer {
             state.durable_lsn = state.written_lsn;
             state.durable_bytes = state.written_bytes;
         }
+        // The segment is sealed only once its file ends at its last frame.
+        if let Err(error) = segment::trim_to_data(file.as_ref(), state.written_bytes) {
+            return self.fail_under_lock(state, "cut the preallocated space of", &error);
+        }
         let next_lsn = state.next_lsn;
         // The active segment holds frames (`needs_roll`): the chain value
         // is its last frame's checksum, which the new header links to.
@@ -431,7 +440,11 @@ impl Writer {
                 state.chain_crc = header_crc;
                 let sealed_path = std::mem::replace(&mut state.active_path, created.path.clone());
                 state.active_first_lsn = created.first_lsn;
-                state.active_file = Arc::from(handle);
+                state.active_file = preallocated(
+                    Arc::from(handle),
+                    &created.path,
+                    self.options.segment_bytes_max,
+                );
                 let header = SEGMENT_HEADER_BYTES as u64;
                 state.active_assigned_bytes = header;
                 state.written_bytes = header;
@@ -461,6 +474,19 @@ impl Writer {
 
     pub(crate) fn storage(&self) -> &dyn Storage {
         self.storage.as_ref()
+    }
+}
+
+/// The active segment `file` as the writer writes it: its space allocated
+/// ahead of the frames (`segment::PreallocatedFile`). A file whose length
+/// cannot be read is written as it is (appending).
+fn preallocated(file: Arc<dyn StorageFile>, path: &Path, limit: u64) -> Arc<dyn StorageFile> {
+    match segment::PreallocatedFile::new(Arc::clone(&file), path.to_path_buf(), limit) {
+        Ok(wrapped) => Arc::new(wrapped),
+        Err(error) => {
+            tracing::debug!(segment = %path.display(), error = %error, "cannot preallocate segment space; appending");
+            file
+        }
     }
 }
 

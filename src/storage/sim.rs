@@ -305,6 +305,13 @@ impl Inode {
         self.pending.push(DataOp::SetLen(len as u64));
     }
 
+    /// Extends the file with zeros to `len` bytes (preallocation): a size
+    /// change, pending until the next sync.
+    fn allocate(&mut self, len: u64) {
+        self.current.resize(len as usize, 0);
+        self.pending.push(DataOp::SetLen(len));
+    }
+
     fn sync(&mut self) {
         self.durable.clone_from(&self.current);
         self.pending.clear();
@@ -948,6 +955,29 @@ impl StorageFile for SimFile {
         let disk = self.shared.disk.lock();
         Ok(disk.inodes[&self.inode].current.len() as u64)
     }
+
+    /// Preallocation (`fallocate`): an extension with zeros, kept or lost
+    /// by a crash like any unsynced size change until `sync_all`. Unlike a
+    /// write it either reserves all the space or fails with ENOSPC without
+    /// changing anything. Allocated space reads as zeros after a crash too
+    /// (a real file system's unwritten extents), never as stale bytes.
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let mut disk = self.shared.disk.lock();
+        disk.mutate()?;
+        let current = disk.inode(self.inode).current.len() as u64;
+        if len <= current {
+            return Ok(());
+        }
+        if let Some(capacity) = disk.faults.capacity_bytes {
+            if disk.used_bytes() + (len - current) > capacity {
+                disk.stats.faults_fired += 1;
+                return Err(disk_full());
+            }
+        }
+        disk.inode(self.inode).allocate(len);
+        Ok(())
+    }
 }
 
 /// The writer lock of a [`SimStorage`]: released on drop.
@@ -1121,6 +1151,53 @@ mod tests {
         storage.clear_faults();
         file.write_all_at(&[7; 25], 0).unwrap();
         assert_eq!(storage.stats().faults_fired, 2);
+    }
+
+    #[test]
+    fn allocated_space_reads_as_zeros_and_its_size_is_durable_only_after_sync() {
+        let storage = SimStorage::new(5);
+        storage.create_dir_all(&path("/d")).unwrap();
+        storage.sync_dir(&path("/")).unwrap();
+        let file = storage.create(&path("/d/f")).unwrap();
+        storage.sync_dir(&path("/d")).unwrap();
+        file.write_all_at(b"data", 0).unwrap();
+        file.sync_data().unwrap();
+        file.allocate(64).unwrap();
+        assert_eq!(file.size_bytes().unwrap(), 64);
+        let mut kept = 0;
+        for seed in 0..32 {
+            let bytes = storage.crash(seed).file_bytes(&path("/d/f")).unwrap();
+            // Unsynced: the allocation is kept or lost, never partial.
+            assert!(bytes == b"data" || bytes.len() == 64, "seed {seed}");
+            assert_eq!(&bytes[..4], b"data");
+            assert!(bytes[4..].iter().all(|&byte| byte == 0), "seed {seed}");
+            kept += usize::from(bytes.len() == 64);
+        }
+        assert!(kept > 0 && kept < 32, "both fates occur");
+        file.sync_all().unwrap();
+        // A write into the allocated space that a crash loses leaves zeros.
+        file.write_all_at(b"more", 4).unwrap();
+        for seed in 0..32 {
+            let bytes = storage.crash(seed).file_bytes(&path("/d/f")).unwrap();
+            assert_eq!(bytes.len(), 64, "seed {seed}");
+        }
+        // Allocating less than the length changes nothing.
+        file.allocate(8).unwrap();
+        assert_eq!(file.size_bytes().unwrap(), 64);
+    }
+
+    #[test]
+    fn a_full_disk_refuses_a_whole_allocation() {
+        let storage = SimStorage::new(6);
+        let file = storage.create(&path("/f")).unwrap();
+        storage.inject(Fault::DiskFull { free_bytes: 10 });
+        let error = file.allocate(25).unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::StorageFull);
+        assert_eq!(file.size_bytes().unwrap(), 0, "nothing allocated");
+        file.allocate(10).unwrap();
+        assert_eq!(file.size_bytes().unwrap(), 10);
+        // Writing into allocated space needs no more room.
+        file.write_all_at(&[1; 10], 0).unwrap();
     }
 
     #[test]

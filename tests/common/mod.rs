@@ -19,6 +19,15 @@ pub fn segment_paths(dir: &Path) -> Vec<PathBuf> {
     paths
 }
 
+/// Where the frames of the segment file at `path` end: its length minus
+/// the space the writer allocated ahead and has not written (zeros).
+pub fn data_end(path: &Path) -> u64 {
+    let bytes = std::fs::read(path).unwrap();
+    convlog::log::recovery::scan_segment(&bytes, true)
+        .unwrap()
+        .valid_bytes
+}
+
 /// Every record of the store, read by a directory reader; panics on error.
 pub fn read_all(dir: &Path) -> Vec<Record> {
     LogReader::open(dir)

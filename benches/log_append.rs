@@ -4,21 +4,27 @@
 //! 0. The disk: `write_all` + `fdatasync` latency by block size.
 //! 1. `Durability::Sync`, one writer, against a raw `write_all` +
 //!    `fdatasync` loop over the same payloads on a plain file.
-//! 2. `Durability::Group` with 1/8/64/256 writer threads (pipelined off and
-//!    on), against SQLite (WAL, `synchronous=FULL`, one autocommit INSERT
+//! 2. `Durability::Group` with 1/8/64/256 writer threads, against SQLite (WAL, `synchronous=FULL`, one autocommit INSERT
 //!    per append; per-thread connections and one shared connection) and a
 //!    JSONL file (one line + `fdatasync` per append under a mutex).
 //! 3. `Durability::None`, one writer, 256-byte events.
 //! 4. One writer, 700-byte payloads (issue 15): convlog `Sync` and `Group`
 //!    against SQLite (WAL, `synchronous=FULL`) and a raw append +
 //!    `fdatasync` loop, interleaved, fresh store per round, medians.
+//! 5. Many writers (issue 15): convlog `Group` against a naive leader group
+//!    commit (one mutex, the leader takes the whole buffer, `write` +
+//!    `fdatasync`, `notify_all`) and SQLite (WAL, `synchronous=FULL`, one
+//!    shared connection), 700-byte payloads, fresh store per round, median
+//!    of 3 interleaved rounds; CPU per durable append.
 //!
 //! Run with `cargo bench --bench log_append`. Environment:
 //! - `CONVLOG_BENCH_SECONDS`: length of each measured phase (default 2 s);
 //! - `CONVLOG_BENCH_ONLY`: a comma-separated subset of `disk`, `sync`,
-//!   `group`, `none`, `one` (default all);
+//!   `group`, `none`, `one`, `many` (default all);
 //! - `CONVLOG_BENCH_ROUNDS`: rounds of the one-writer comparison (default 3);
 //! - `CONVLOG_BENCH_THREADS`: the Group thread counts (default `1,8,64,256`);
+//! - `CONVLOG_BENCH_MANY_THREADS`: the many-writer thread counts (default
+//!   `8,64,256`);
 //! - `CONVLOG_BENCH_DIR`: where scratch stores go (default `target/bench-tmp`).
 
 mod common;
@@ -27,7 +33,7 @@ use std::error::Error;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use common::{grouped, pick, run_threads, section, Measured, Table};
@@ -79,7 +85,13 @@ fn main() -> BenchResult<()> {
     if selected("one") {
         bench_one_writer(duration)?;
     }
+    let many = if selected("many") {
+        bench_many(duration)?
+    } else {
+        Vec::new()
+    };
     print_summary(sync.as_ref(), &group, &none);
+    print_many_summary(&many);
     Ok(())
 }
 
@@ -165,10 +177,8 @@ fn run_log(
     })
 }
 
-fn log_options(durability: Durability, pipelined: bool) -> LogOptions {
-    LogOptions::new()
-        .durability(durability)
-        .pipelined(pipelined)
+fn log_options(durability: Durability) -> LogOptions {
+    LogOptions::new().durability(durability)
 }
 
 // ---------------------------------------------------------------------------
@@ -244,14 +254,7 @@ fn bench_sync(pool: &[Vec<u8>], duration: Duration) -> BenchResult<SyncResults> 
             "1.00".to_string(),
             format!("{:.0}", raw.cpu_percent()),
         ]);
-        let run = run_log(
-            "sync",
-            log_options(Durability::Sync, false),
-            1,
-            duration,
-            pool,
-            1,
-        )?;
+        let run = run_log("sync", log_options(Durability::Sync), 1, duration, pool, 1)?;
         table.row(vec![
             format!("convlog Sync #{round}"),
             grouped(run.measured.ops_per_sec()),
@@ -285,7 +288,6 @@ fn bench_sync(pool: &[Vec<u8>], duration: Duration) -> BenchResult<SyncResults> 
 struct GroupRow {
     threads: usize,
     plain: LogRun,
-    pipelined: LogRun,
     sqlite_per_thread: Measured,
     sqlite_shared: Measured,
     jsonl: Measured,
@@ -293,10 +295,7 @@ struct GroupRow {
 
 impl GroupRow {
     fn convlog_best(&self) -> f64 {
-        self.plain
-            .measured
-            .ops_per_sec()
-            .max(self.pipelined.measured.ops_per_sec())
+        self.plain.measured.ops_per_sec()
     }
 
     fn sqlite_best(&self) -> f64 {
@@ -427,15 +426,7 @@ fn bench_group(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Vec<GroupRow
         // Interleaved per thread count, so the comparison shares a time window.
         let plain = run_log(
             "group",
-            log_options(Durability::Group, false),
-            threads,
-            duration,
-            pool,
-            1,
-        )?;
-        let pipelined = run_log(
-            "group-pipe",
-            log_options(Durability::Group, true),
+            log_options(Durability::Group),
             threads,
             duration,
             pool,
@@ -445,9 +436,8 @@ fn bench_group(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Vec<GroupRow
         let sqlite_shared = sqlite_run(pool, threads, duration, true)?;
         let jsonl = jsonl_run(pool, threads, duration)?;
         println!(
-            "  {threads:>3} threads: convlog {} / pipelined {} / SQLite per-thread {} / SQLite shared {} / JSONL {} appends/s",
+            "  {threads:>3} threads: convlog {} / SQLite per-thread {} / SQLite shared {} / JSONL {} appends/s",
             grouped(plain.measured.ops_per_sec()),
-            grouped(pipelined.measured.ops_per_sec()),
             grouped(sqlite_per_thread.ops_per_sec()),
             grouped(sqlite_shared.ops_per_sec()),
             grouped(jsonl.ops_per_sec()),
@@ -455,7 +445,6 @@ fn bench_group(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Vec<GroupRow
         rows.push(GroupRow {
             threads,
             plain,
-            pipelined,
             sqlite_per_thread,
             sqlite_shared,
             jsonl,
@@ -465,8 +454,6 @@ fn bench_group(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Vec<GroupRow
     let mut table = Table::new(&[
         "threads",
         "convlog",
-        "recs/fsync",
-        "convlog pipelined",
         "recs/fsync",
         "SQLite per-thread conn",
         "SQLite shared conn",
@@ -480,8 +467,6 @@ fn bench_group(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Vec<GroupRow
             row.threads.to_string(),
             grouped(row.plain.measured.ops_per_sec()),
             format!("{:.1}", row.plain.records_per_fsync()),
-            grouped(row.pipelined.measured.ops_per_sec()),
-            format!("{:.1}", row.pipelined.records_per_fsync()),
             grouped(row.sqlite_per_thread.ops_per_sec()),
             grouped(row.sqlite_shared.ops_per_sec()),
             grouped(row.jsonl.ops_per_sec()),
@@ -505,10 +490,8 @@ fn bench_group(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Vec<GroupRow
         "segments (smallest B)",
     ]);
     for row in &rows {
-        for (name, run) in [
-            ("convlog Group", &row.plain),
-            ("convlog Group pipelined", &row.pipelined),
-        ] {
+        {
+            let (name, run) = ("convlog Group", &row.plain);
             detail.row(vec![
                 row.threads.to_string(),
                 name.to_string(),
@@ -625,7 +608,7 @@ fn thread_counts() -> Vec<usize> {
 }
 
 /// Whether `CONVLOG_BENCH_ONLY` (a comma-separated subset of `disk`,
-/// `sync`, `group`, `none`; all when unset) selects `part`.
+/// `sync`, `group`, `none`, `many`; all when unset) selects `part`.
 fn selected(part: &str) -> bool {
     match std::env::var("CONVLOG_BENCH_ONLY") {
         Ok(only) => only.split(',').any(|item| item.trim() == part),
@@ -811,4 +794,286 @@ fn raw_in_place(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Measured> {
         },
     );
     Ok(measured)
+}
+
+// ---------------------------------------------------------------------------
+// 5. Many writers: convlog Group vs a naive group commit vs SQLite
+
+const MANY_THREAD_COUNTS: [usize; 3] = [8, 64, 256];
+const MANY_PAYLOAD_BYTES: usize = 700;
+const MANY_ROUNDS: usize = 3;
+
+/// The simplest leader group commit: appenders copy a length-prefixed
+/// payload into one buffer under one mutex; whoever finds no leader takes
+/// the whole buffer, writes it and fdatasyncs it outside the mutex, then
+/// publishes and wakes every waiter with `notify_all` (std's `Mutex` and
+/// `Condvar`). No checksums, no LSNs, no readers: the peer any group commit
+/// must beat.
+struct NaiveGroupCommit {
+    state: Mutex<NaiveState>,
+    done: Condvar,
+    file: File,
+}
+
+struct NaiveState {
+    pending: Vec<u8>,
+    /// Appends copied into the buffer so far.
+    appended: u64,
+    /// Appends written and fdatasynced.
+    durable: u64,
+    leading: bool,
+    /// Bytes written (the next write's offset).
+    written_bytes: u64,
+}
+
+impl NaiveGroupCommit {
+    fn create(path: &Path) -> BenchResult<NaiveGroupCommit> {
+        Ok(NaiveGroupCommit {
+            state: Mutex::new(NaiveState {
+                pending: Vec::new(),
+                appended: 0,
+                durable: 0,
+                leading: false,
+                written_bytes: 0,
+            }),
+            done: Condvar::new(),
+            file: File::create(path)?,
+        })
+    }
+
+    fn append(&self, payload: &[u8]) {
+        use std::os::unix::fs::FileExt;
+        let mut state = self.state.lock().expect("naive mutex");
+        state
+            .pending
+            .extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        state.pending.extend_from_slice(payload);
+        state.appended += 1;
+        let mine = state.appended;
+        loop {
+            if state.durable >= mine {
+                return;
+            }
+            if !state.leading {
+                state.leading = true;
+                let buffer = std::mem::take(&mut state.pending);
+                let end = state.appended;
+                let offset = state.written_bytes;
+                drop(state);
+                self.file
+                    .write_all_at(&buffer, offset)
+                    .expect("naive write");
+                self.file.sync_data().expect("naive fdatasync");
+                state = self.state.lock().expect("naive mutex");
+                state.written_bytes = offset + buffer.len() as u64;
+                state.durable = end;
+                state.leading = false;
+                self.done.notify_all();
+                continue;
+            }
+            state = self.done.wait(state).expect("naive condvar");
+        }
+    }
+}
+
+fn naive_run(pool: &[Vec<u8>], threads: usize, duration: Duration) -> BenchResult<Measured> {
+    let dir = common::scratch_dir("naive");
+    let path = dir.path().join("naive.bin");
+    let naive = NaiveGroupCommit::create(&path)?;
+    let measured = run_threads(
+        threads,
+        duration,
+        |_| (),
+        |_, thread, iteration| {
+            let payload = pick(pool, thread, iteration);
+            naive.append(payload);
+            payload.len()
+        },
+    );
+    let state = naive.state.lock().expect("naive mutex");
+    assert_eq!(
+        state.durable, measured.ops,
+        "naive: durable != appends counted"
+    );
+    assert_eq!(
+        std::fs::metadata(&path)?.len(),
+        measured.bytes + 4 * measured.ops
+    );
+    Ok(measured)
+}
+
+/// The median of `values` by `key` (an odd count).
+fn median_by<T: Copy>(values: &[T], key: impl Fn(&T) -> f64) -> T {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    sorted[sorted.len() / 2]
+}
+
+fn range_of<T>(values: &[T], key: impl Fn(&T) -> f64) -> String {
+    let keys: Vec<f64> = values.iter().map(key).collect();
+    let min = keys.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = keys.iter().copied().fold(0.0, f64::max);
+    format!("[{}..{}]", grouped(min), grouped(max))
+}
+
+/// CPU µs of the whole process per completed append.
+fn cpu_micros_per_op(measured: &Measured) -> f64 {
+    measured.cpu.as_secs_f64() * 1e6 / measured.ops.max(1) as f64
+}
+
+#[derive(Clone, Copy)]
+struct ManyRound {
+    convlog: Measured,
+    stats: WriterStats,
+    naive: Measured,
+    sqlite: Measured,
+}
+
+struct ManyRow {
+    threads: usize,
+    rounds: Vec<ManyRound>,
+}
+
+impl ManyRow {
+    fn convlog(&self) -> ManyRound {
+        median_by(&self.rounds, |round| round.convlog.ops_per_sec())
+    }
+    fn naive(&self) -> Measured {
+        median_by(&self.rounds, |round| round.naive.ops_per_sec()).naive
+    }
+    fn sqlite(&self) -> Measured {
+        median_by(&self.rounds, |round| round.sqlite.ops_per_sec()).sqlite
+    }
+}
+
+fn many_thread_counts() -> Vec<usize> {
+    match std::env::var("CONVLOG_BENCH_MANY_THREADS") {
+        Ok(list) => list
+            .split(',')
+            .map(|item| {
+                item.trim().parse().unwrap_or_else(|_| {
+                    panic!("CONVLOG_BENCH_MANY_THREADS: {item:?} is not a count")
+                })
+            })
+            .collect(),
+        Err(_) => MANY_THREAD_COUNTS.to_vec(),
+    }
+}
+
+fn bench_many(duration: Duration) -> BenchResult<Vec<ManyRow>> {
+    section("5. Many writers: convlog Group vs naive group commit vs SQLite (WAL, FULL, shared conn), 700 B");
+    let pool = common::fixed_payloads(POOL_SEED ^ 0x700, 1024, MANY_PAYLOAD_BYTES);
+    let mut rows = Vec::new();
+    for threads in many_thread_counts() {
+        let mut rounds = Vec::new();
+        for round in 1..=MANY_ROUNDS {
+            // Interleaved, a fresh store / file / database each: drift on a
+            // shared machine hits all three.
+            let convlog = run_log(
+                "many",
+                LogOptions::new().durability(Durability::Group),
+                threads,
+                duration,
+                &pool,
+                1,
+            )?;
+            let naive = naive_run(&pool, threads, duration)?;
+            let sqlite = sqlite_run(&pool, threads, duration, true)?;
+            println!(
+                "  {threads:>3} threads, round {round}: convlog {} ({:.1} recs/fsync, {:.1} CPU µs/append) / naive {} ({:.1} CPU µs/append) / SQLite {} appends/s",
+                grouped(convlog.measured.ops_per_sec()),
+                convlog.records_per_fsync(),
+                cpu_micros_per_op(&convlog.measured),
+                grouped(naive.ops_per_sec()),
+                cpu_micros_per_op(&naive),
+                grouped(sqlite.ops_per_sec()),
+            );
+            rounds.push(ManyRound {
+                convlog: convlog.measured,
+                stats: convlog.stats,
+                naive,
+                sqlite,
+            });
+        }
+        rows.push(ManyRow { threads, rounds });
+    }
+    println!();
+    let mut table = Table::new(&[
+        "threads",
+        "convlog",
+        "naive group commit",
+        "SQLite",
+        "convlog/naive",
+        "convlog/SQLite",
+        "recs/fsync",
+        "CPU µs/append convlog",
+        "naive",
+    ]);
+    for row in &rows {
+        let convlog = row.convlog();
+        let (naive, sqlite) = (row.naive(), row.sqlite());
+        table.row(vec![
+            row.threads.to_string(),
+            format!(
+                "{} {}",
+                grouped(convlog.convlog.ops_per_sec()),
+                range_of(&row.rounds, |round| round.convlog.ops_per_sec())
+            ),
+            format!(
+                "{} {}",
+                grouped(naive.ops_per_sec()),
+                range_of(&row.rounds, |round| round.naive.ops_per_sec())
+            ),
+            format!(
+                "{} {}",
+                grouped(sqlite.ops_per_sec()),
+                range_of(&row.rounds, |round| round.sqlite.ops_per_sec())
+            ),
+            format!("{:.2}", convlog.convlog.ops_per_sec() / naive.ops_per_sec()),
+            format!(
+                "{:.1}",
+                convlog.convlog.ops_per_sec() / sqlite.ops_per_sec()
+            ),
+            format!(
+                "{:.1}",
+                convlog.stats.frames as f64 / convlog.stats.syncs.max(1) as f64
+            ),
+            format!("{:.1}", cpu_micros_per_op(&convlog.convlog)),
+            format!("{:.1}", cpu_micros_per_op(&naive)),
+        ]);
+    }
+    println!("appends/s, median of {MANY_ROUNDS} rounds [min..max]; ratios of the medians; CPU = process user+system time / appends, of the median round");
+    table.print();
+    Ok(rows)
+}
+
+fn print_many_summary(rows: &[ManyRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    let mut table = Table::new(&["target", "measured", "verdict"]);
+    for row in rows {
+        let ratio = row.convlog().convlog.ops_per_sec() / row.naive().ops_per_sec();
+        table.row(vec![
+            format!("Group @{} threads >= 1.2x naive group commit", row.threads),
+            format!("{ratio:.2}x"),
+            verdict(ratio >= 1.2).to_string(),
+        ]);
+        if row.threads == 64 {
+            let ratio = row.convlog().convlog.ops_per_sec() / row.sqlite().ops_per_sec();
+            table.row(vec![
+                "Group @64 threads >= 25x SQLite".to_string(),
+                format!("{ratio:.1}x"),
+                verdict(ratio >= 25.0).to_string(),
+            ]);
+            let cpu = cpu_micros_per_op(&row.convlog().convlog);
+            table.row(vec![
+                "CPU per durable append @64 <= 10 µs".to_string(),
+                format!("{cpu:.1} µs"),
+                verdict(cpu <= 10.0).to_string(),
+            ]);
+        }
+    }
+    section("Summary, many writers (issue 15)");
+    table.print();
 }

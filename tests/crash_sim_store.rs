@@ -609,7 +609,6 @@ struct Config {
     retention: Retention,
     snapshots_kept: usize,
     snapshot_every_events: Option<u64>,
-    pipelined: bool,
 }
 
 /// How the disk a store is opened on came to be.
@@ -774,8 +773,13 @@ impl Sim {
                 Retention::DeleteCoveredBySnapshot
             },
             snapshots_kept: 1 + rng.below(3) as usize,
-            snapshot_every_events: (rng.below(3) == 0).then(|| 8 + rng.below(40)),
-            pipelined: rng.below(2) == 0,
+            snapshot_every_events: {
+                let every = (rng.below(3) == 0).then(|| 8 + rng.below(40));
+                // Drawn and unused since `LogOptions::pipelined` was
+                // removed: keeps every seed's random stream as it was.
+                let _ = rng.below(2);
+                every
+            },
         }
     }
 
@@ -788,8 +792,7 @@ impl Sim {
             .log(
                 LogOptions::new()
                     .storage(Arc::new(storage.clone()))
-                    .segment_bytes_max(SEGMENT_BYTES_MAX)
-                    .pipelined(self.config.pipelined),
+                    .segment_bytes_max(SEGMENT_BYTES_MAX),
             )
             .snapshot_every_events(self.config.snapshot_every_events)
             .snapshot_every_bytes(None)

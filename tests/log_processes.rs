@@ -30,9 +30,7 @@ fn store_from_env() -> PathBuf {
 /// Child role: appends durable batches from 4 threads until killed, printing
 /// `ACK <first_lsn> <batch id> <size>` after each acknowledgement.
 fn run_appender() {
-    let options = LogOptions::new()
-        .segment_bytes_max(64 * 1024)
-        .pipelined(std::env::var("CONVLOG_TEST_PIPELINED").is_ok());
+    let options = LogOptions::new().segment_bytes_max(64 * 1024);
     let log = Arc::new(Log::open(store_from_env(), options).unwrap());
     let cycle = std::env::var("CONVLOG_TEST_CYCLE").unwrap();
     let threads: Vec<_> = (0..4)
@@ -80,13 +78,10 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_append() {
     let mut acknowledged: BTreeMap<u64, (String, usize, usize)> = BTreeMap::new();
     let mut total_kills = 0;
     for cycle in 0..cycles {
-        let mut env = vec![
+        let env = vec![
             ("CONVLOG_TEST_STORE", dir.path().display().to_string()),
             ("CONVLOG_TEST_CYCLE", cycle.to_string()),
         ];
-        if cycle % 2 == 1 {
-            env.push(("CONVLOG_TEST_PIPELINED", "1".to_string()));
-        }
         let mut child = spawn_role(
             "sigkill_at_random_moments_never_loses_an_acknowledged_append",
             "appender",

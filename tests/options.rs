@@ -83,18 +83,13 @@ fn store_options_reach_the_store_and_its_log() {
 #[test]
 fn store_log_setters_and_log_options_combine() {
     let options = StoreOptions::new()
-        .log(LogOptions::new().pipelined(true).segment_bytes_max(8192))
+        .log(LogOptions::new().salvage(true).segment_bytes_max(8192))
         .durability(Durability::None)
-        .group_commit_delay(Some(Duration::from_micros(50)))
         .snapshot_every_events(Some(1_000))
         .snapshot_every_bytes(Some(1 << 20));
-    assert!(options.log.pipelined);
+    assert!(options.log.salvage);
     assert_eq!(options.log.segment_bytes_max, 8192);
     assert_eq!(options.log.durability, Durability::None);
-    assert_eq!(
-        options.log.group_commit_delay,
-        Some(Duration::from_micros(50))
-    );
     assert_eq!(options.snapshot_every_events, Some(1_000));
     assert_eq!(options.snapshot_every_bytes, Some(1 << 20));
     // `log` replaces every log setting, those set before it included.

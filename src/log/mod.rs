@@ -87,11 +87,15 @@ pub const DIRECTORY_ENTRIES_LISTED_MAX: usize = 5;
 pub enum Durability {
     /// Durable before `append` returns: the frame is written and
     /// `fdatasync`ed. Issued at once, never delayed to gather a group
-    /// (concurrent appenders still share an fsync that is already due).
+    /// (concurrent appenders still share a write and an fsync: the frames
+    /// that queued up while the previous one was in flight).
     Sync,
     /// Durable before `append` returns, with group commit: concurrent
-    /// appenders share one write and one `fdatasync`, optionally waiting
-    /// `LogOptions::group_commit_delay` for more to join. The default.
+    /// appenders share one write and one `fdatasync`. Under load a leader
+    /// may hold its write back briefly (at most half the duration of the
+    /// last fsync, and 1 ms) for the appenders the previous commit released
+    /// to rejoin, so groups hold nearly all appenders rather than about
+    /// half; a lone appender never waits. The default.
     Group,
     /// Acknowledged once written to the operating system; a background
     /// thread fsyncs every interval. A process crash loses nothing
@@ -124,8 +128,7 @@ pub enum Durability {
 /// # let dir = tempfile::tempdir().unwrap();
 /// let options = LogOptions::new()
 ///     .durability(Durability::Sync)
-///     .segment_bytes_max(1 << 20)
-///     .pipelined(true);
+///     .segment_bytes_max(1 << 20);
 /// let log = Log::open(dir.path(), options)?;
 /// assert_eq!(log.durability(), Durability::Sync);
 /// # Ok(()) }
@@ -146,12 +149,6 @@ pub struct LogOptions {
     /// Segments roll before a frame would grow them past this size
     /// (a segment holding one frame larger than this is allowed).
     pub segment_bytes_max: u64,
-    /// Group commit: how long a write leader waits for more appenders
-    /// before writing. Zero (the default) writes at once; groups still form
-    /// from appenders that arrive during the previous write and fsync.
-    pub group_commit_delay: Option<Duration>,
-    /// Overlap the next group's write with the current group's fsync.
-    pub pipelined: bool,
     /// On damage, keep what precedes it and move the rest into
     /// `quarantine/` instead of failing the open. Off by default.
     pub salvage: bool,
@@ -173,8 +170,6 @@ impl Default for LogOptions {
         LogOptions {
             durability: Durability::Group,
             segment_bytes_max: format::SEGMENT_BYTES_DEFAULT,
-            group_commit_delay: None,
-            pipelined: false,
             salvage: false,
             full_check_from_lsn: 1,
             create_in_nonempty_dir: false,
@@ -185,8 +180,7 @@ impl Default for LogOptions {
 
 impl LogOptions {
     /// The defaults: [`Durability::Group`], segments of 64 MiB
-    /// (`SEGMENT_BYTES_DEFAULT`), no group commit delay, not
-    /// pipelined, no salvage, only in a missing or empty directory, on the
+    /// (`SEGMENT_BYTES_DEFAULT`), no salvage, only in a missing or empty directory, on the
     /// real file system.
     pub fn new() -> LogOptions {
         LogOptions::default()
@@ -204,20 +198,6 @@ impl LogOptions {
     /// ([`Error::InvalidOption`]).
     pub fn segment_bytes_max(mut self, segment_bytes_max: u64) -> LogOptions {
         self.segment_bytes_max = segment_bytes_max;
-        self
-    }
-
-    /// Sets how long a group commit's leader waits for more appenders
-    /// before writing (`None`: it writes at once).
-    pub fn group_commit_delay(mut self, group_commit_delay: Option<Duration>) -> LogOptions {
-        self.group_commit_delay = group_commit_delay;
-        self
-    }
-
-    /// Sets whether the next group's write overlaps the current group's
-    /// fsync.
-    pub fn pipelined(mut self, pipelined: bool) -> LogOptions {
-        self.pipelined = pipelined;
         self
     }
 

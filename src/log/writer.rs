@@ -2,28 +2,38 @@
 //! group commit.
 //!
 //! Appenders encode their frame into a shared pending buffer under one mutex.
-//! Whoever then finds no write in flight becomes the *write leader*: it takes
-//! the whole pending buffer (every appender that arrived meanwhile) and
-//! writes it with one positioned write, outside the mutex. Whoever finds its
-//! frame written but not durable, and no fsync in flight, becomes the *sync
-//! leader* and issues one `fdatasync` for everything written so far. Without
-//! pipelining the two roles exclude each other; with it, the next group's
-//! write overlaps the current group's fsync.
+//! Whoever then finds no I/O in flight becomes the *leader*: it takes the
+//! whole pending buffer (every appender that arrived meanwhile), writes it
+//! with one positioned write outside the mutex and, if its own append must
+//! be durable, issues one `fdatasync` for everything written so far, without
+//! handing the role over in between. Appenders that arrive meanwhile encode
+//! their frames for the next group and park.
+//!
+//! Wake-ups are targeted: each parked appender waits on its own parker,
+//! registered with the LSN it waits for. When the leader's write or fsync
+//! completes, it wakes exactly the waiters whose frames became written
+//! (`None`, `Periodic`) or durable (`Sync`, `Group`), and, once no I/O is in
+//! flight, the waiter with the lowest LSN still to commit, who leads the next
+//! group. Nobody else is woken, so a commit cycle costs one wake-up per
+//! appender it completes and one for the next leader, whatever the number
+//! of threads waiting. The wake-ups are issued after the mutex is released,
+//! the next leader's first.
 //!
 //! A failed write or fsync poisons the writer: it acknowledges nothing more,
 //! and once no I/O is in flight it truncates the active segment back to the
-//! last fsynced byte so that nothing it refused can come back on reopen. An
-//! appender waiting when the writer is poisoned first waits for the write or
-//! fsync in flight (with pipelining, an fsync issued before the poisoning may
-//! still cover its frame), then is acknowledged if its frame is durable and
-//! refused if it is not: the truncation keeps exactly the durable frames.
+//! last fsynced byte so that nothing it refused can come back on reopen, and
+//! wakes every waiter. An appender waiting when the writer is poisoned first
+//! waits for the write or fsync in flight, then is acknowledged if its frame
+//! is durable and refused if it is not: the truncation keeps exactly the
+//! durable frames.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::log::format::{self, SEGMENT_HEADER_BYTES};
@@ -66,6 +76,83 @@ struct State {
     poisoned: Option<String>,
     truncated_after_poison: bool,
     stats: WriterStats,
+    /// Parked appenders, each with what it waits for.
+    waiters: Vec<Waiter>,
+    /// Parkers to wake once the mutex is released (the next leader first).
+    to_wake: Vec<Arc<Parker>>,
+    /// Appenders the last commit cycle released (its leader and the waiters
+    /// it completed): the ones likely to append again at once.
+    released: usize,
+    /// Frames encoded since the last commit cycle ended.
+    arrivals: usize,
+    /// How long the last fdatasync took.
+    last_sync: Duration,
+    /// A `Group` leader holding its write back for the released appenders
+    /// to rejoin: the arrivals it waits for, and its parker.
+    filling: Option<(usize, Arc<Parker>)>,
+}
+
+/// A `Group` leader holds its write back for the appenders the previous
+/// commit released to rejoin for at most this fraction of the last
+/// fdatasync's duration ...
+const GROUP_FILL_WAIT_DIVISOR: u32 = 2;
+/// ... and never longer than this.
+const GROUP_FILL_WAIT_MAX: Duration = Duration::from_millis(1);
+
+/// What an append waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Commit {
+    /// Its frame written (`None`, `Periodic`).
+    Written,
+    /// Its frame durable, committed at once (`Sync`, `sync()`).
+    Durable,
+    /// Its frame durable; a leader may hold the write back briefly for
+    /// more appenders to join (`Group`).
+    DurableGroup,
+}
+
+/// What a parked thread waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WaitFor {
+    /// Every LSN below this one written (`None`, `Periodic`).
+    Written(Lsn),
+    /// Every LSN below this one durable (`Sync`, `Group`, `sync()`).
+    Durable(Lsn),
+    /// No write and no fsync in flight (a roll, or an appender after a
+    /// poisoning).
+    Idle,
+}
+
+struct Waiter {
+    wait_for: WaitFor,
+    parker: Arc<Parker>,
+}
+
+/// A thread's own wake-up slot: set `notified`, then unpark the thread.
+struct Parker {
+    thread: Thread,
+    notified: AtomicBool,
+}
+
+impl Parker {
+    fn wake(&self) {
+        self.notified.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+}
+
+thread_local! {
+    static PARKER: Arc<Parker> = Arc::new(Parker {
+        thread: std::thread::current(),
+        notified: AtomicBool::new(false),
+    });
+}
+
+/// Wakes `parkers` in order (call without the writer's mutex held).
+fn wake_all(parkers: Vec<Arc<Parker>>) {
+    for parker in parkers {
+        parker.wake();
+    }
 }
 
 pub(crate) struct Writer {
@@ -75,7 +162,6 @@ pub(crate) struct Writer {
     storage: Arc<dyn Storage>,
     options: LogOptions,
     state: Mutex<State>,
-    changed: Condvar,
     view: Arc<SharedView>,
     /// After a poisoning: the LSN from which the writer truncated what it
     /// had written but not made durable (0 until then).
@@ -120,8 +206,13 @@ impl Writer {
                 poisoned: None,
                 truncated_after_poison: false,
                 stats: WriterStats::default(),
+                waiters: Vec::new(),
+                to_wake: Vec::new(),
+                released: 0,
+                arrivals: 0,
+                last_sync: Duration::ZERO,
+                filling: None,
             }),
-            changed: Condvar::new(),
             view,
             taken_back_from: AtomicU64::new(0),
         }
@@ -162,9 +253,23 @@ impl Writer {
         check_batch(payloads)?;
         let frame_bytes = format::frame_bytes(payloads) as u64;
         let mut state = self.state.lock();
-        self.check_poison(&state)?;
-        if self.needs_roll(&state, frame_bytes) {
-            self.roll(&mut state, frame_bytes)?;
+        let result = self.append_locked(&mut state, payloads, frame_bytes, durability);
+        let wake = std::mem::take(&mut state.to_wake);
+        drop(state);
+        wake_all(wake);
+        result
+    }
+
+    fn append_locked<P: AsRef<[u8]>>(
+        &self,
+        state: &mut MutexGuard<'_, State>,
+        payloads: &[P],
+        frame_bytes: u64,
+        durability: Durability,
+    ) -> Result<(std::ops::Range<Lsn>, Position)> {
+        self.check_poison(state)?;
+        if self.needs_roll(state, frame_bytes) {
+            self.roll(state, frame_bytes)?;
         }
         let first_lsn = state.next_lsn;
         let durable_lsn = state.durable_lsn;
@@ -184,24 +289,33 @@ impl Writer {
         state.next_lsn = end_lsn;
         state.active_assigned_bytes += frame_bytes;
         state.stats.frames += 1;
-        match durability {
-            Durability::Sync => self.wait_for(&mut state, end_lsn, true, None)?,
-            Durability::Group => {
-                self.wait_for(&mut state, end_lsn, true, self.options.group_commit_delay)?
-            }
-            Durability::Periodic(_) | Durability::None => {
-                self.wait_for(&mut state, end_lsn, false, None)?
+        state.arrivals += 1;
+        if let Some((target, _)) = &state.filling {
+            if state.arrivals >= *target {
+                let (_, leader) = state.filling.take().expect("filling");
+                state.to_wake.push(leader);
             }
         }
+        let commit = match durability {
+            Durability::Sync => Commit::Durable,
+            Durability::Group => Commit::DurableGroup,
+            Durability::Periodic(_) | Durability::None => Commit::Written,
+        };
+        self.wait_for(state, end_lsn, commit)?;
         Ok((first_lsn..end_lsn, position))
     }
 
     /// Makes everything appended so far durable.
     pub(crate) fn sync(&self) -> Result<()> {
         let mut state = self.state.lock();
-        self.check_poison(&state)?;
-        let end_lsn = state.next_lsn;
-        self.wait_for(&mut state, end_lsn, true, None)
+        let result = self.check_poison(&state).and_then(|()| {
+            let end_lsn = state.next_lsn;
+            self.wait_for(&mut state, end_lsn, Commit::Durable)
+        });
+        let wake = std::mem::take(&mut state.to_wake);
+        drop(state);
+        wake_all(wake);
+        result
     }
 
     /// Whether a frame of `frame_bytes` must go into a new segment: it would
@@ -222,16 +336,14 @@ impl Writer {
     }
 
     /// Blocks until every LSN below `end_lsn` is written (and, with
-    /// `durable`, fsynced), taking the leader's role when it is free.
+    /// `durable`, fsynced), leading a commit when no I/O is in flight.
     fn wait_for(
         &self,
         state: &mut MutexGuard<'_, State>,
         end_lsn: Lsn,
-        durable: bool,
-        commit_delay: Option<Duration>,
+        commit: Commit,
     ) -> Result<()> {
-        let pipelined = self.options.pipelined;
-        let mut delay_deadline = commit_delay.map(|delay| Instant::now() + delay);
+        let durable = commit != Commit::Written;
         loop {
             if state.poisoned.is_some() {
                 // After a poisoning only what is durable survives (the
@@ -242,7 +354,7 @@ impl Writer {
                 // refused comes back on reopen and nothing acknowledged is
                 // taken back.
                 if state.writing || state.syncing {
-                    self.changed.wait(state);
+                    self.park(state, WaitFor::Idle);
                     continue;
                 }
                 if state.durable_lsn >= end_lsn {
@@ -258,72 +370,194 @@ impl Writer {
             if done {
                 return Ok(());
             }
-            self.check_poison(state)?;
-            let our_frame_written = state.written_lsn >= end_lsn;
-            if our_frame_written {
-                if !state.syncing && (pipelined || !state.writing) {
-                    self.lead_sync(state);
-                    continue;
-                }
-            } else if !state.writing && (pipelined || !state.syncing) {
-                if let Some(deadline) = delay_deadline.take() {
-                    // Commit delay: give concurrent appenders a moment to join
-                    // this group before its write is issued.
-                    self.changed.wait_until(state, deadline);
-                    continue;
-                }
-                self.lead_write(state);
+            if !state.writing && !state.syncing {
+                self.lead(state, commit);
                 continue;
             }
-            self.changed.wait(state);
+            let wait_for = if durable {
+                WaitFor::Durable(end_lsn)
+            } else {
+                WaitFor::Written(end_lsn)
+            };
+            self.park(state, wait_for);
         }
     }
 
-    fn lead_write(&self, state: &mut MutexGuard<'_, State>) {
-        debug_assert!(!state.writing && !state.pending.is_empty());
-        state.writing = true;
-        let spare = std::mem::take(&mut state.spare);
-        let buffer = std::mem::replace(&mut state.pending, spare);
-        let offset = state.written_bytes;
-        let end_lsn = state.next_lsn;
-        let file = Arc::clone(&state.active_file);
-        let result = MutexGuard::unlocked(state, || file.write_all_at(&buffer, offset));
-        state.writing = false;
-        state.stats.writes += 1;
-        match result {
-            Ok(()) => {
-                state.written_bytes = offset + buffer.len() as u64;
-                state.written_lsn = end_lsn;
-                self.view
-                    .publish_active(state.written_bytes, state.written_lsn);
-                let mut buffer = buffer;
-                buffer.clear();
-                state.spare = buffer;
+    /// Parks this thread until a completion it waits for wakes it. Wakes
+    /// what is queued in `to_wake` first.
+    fn park(&self, state: &mut MutexGuard<'_, State>, wait_for: WaitFor) {
+        let parker = PARKER.with(Arc::clone);
+        parker.notified.store(false, Ordering::Relaxed);
+        state.waiters.push(Waiter {
+            wait_for,
+            parker: Arc::clone(&parker),
+        });
+        let wake = std::mem::take(&mut state.to_wake);
+        MutexGuard::unlocked(state, || {
+            wake_all(wake);
+            // Whoever wakes this thread has removed its entry first.
+            while !parker.notified.load(Ordering::Acquire) {
+                std::thread::park();
             }
-            Err(error) => self.poison(state, "write to", &error),
-        }
-        self.after_io(state);
+        });
     }
 
-    fn lead_sync(&self, state: &mut MutexGuard<'_, State>) {
-        debug_assert!(!state.syncing);
-        state.syncing = true;
-        let target_bytes = state.written_bytes;
-        let target_lsn = state.written_lsn;
-        let file = Arc::clone(&state.active_file);
-        let result = MutexGuard::unlocked(state, || file.sync_data());
-        state.syncing = false;
-        state.stats.syncs += 1;
-        match result {
-            Ok(()) => {
-                if target_lsn > state.durable_lsn {
-                    state.durable_lsn = target_lsn;
-                    state.durable_bytes = target_bytes;
+    /// One commit cycle, with no I/O in flight: writes everything pending
+    /// and, for a durable append, fdatasyncs everything written. Queues the
+    /// wake-ups of the waiters it completes and of the next leader.
+    fn lead(&self, state: &mut MutexGuard<'_, State>, commit: Commit) {
+        debug_assert!(!state.writing && !state.syncing);
+        let durable = commit != Commit::Written;
+        if !state.pending.is_empty() {
+            state.writing = true;
+            if commit == Commit::DurableGroup && state.arrivals < state.released {
+                self.fill_group(state);
+            }
+            let spare = std::mem::take(&mut state.spare);
+            let buffer = std::mem::replace(&mut state.pending, spare);
+            let offset = state.written_bytes;
+            let end_lsn = state.next_lsn;
+            let file = Arc::clone(&state.active_file);
+            let result = MutexGuard::unlocked(state, || file.write_all_at(&buffer, offset));
+            state.writing = false;
+            state.stats.writes += 1;
+            match result {
+                Ok(()) => {
+                    state.written_bytes = offset + buffer.len() as u64;
+                    state.written_lsn = end_lsn;
+                    self.view
+                        .publish_active(state.written_bytes, state.written_lsn);
+                    let mut buffer = buffer;
+                    buffer.clear();
+                    state.spare = buffer;
                 }
+                Err(error) => self.poison(state, "write to", &error),
             }
-            Err(error) => self.poison(state, "fdatasync", &error),
         }
-        self.after_io(state);
+        if durable && state.poisoned.is_none() && state.durable_lsn < state.written_lsn {
+            state.syncing = true;
+            // Appenders that only wait for the write need not wait for the
+            // fsync too (the fsync in flight keeps anyone from leading).
+            self.collect_wakes(state);
+            let wake = std::mem::take(&mut state.to_wake);
+            let target_bytes = state.written_bytes;
+            let target_lsn = state.written_lsn;
+            let file = Arc::clone(&state.active_file);
+            let result = MutexGuard::unlocked(state, || {
+                wake_all(wake);
+                let started = Instant::now();
+                let result = file.sync_data();
+                (result, started.elapsed())
+            });
+            let (result, took) = result;
+            state.last_sync = took;
+            state.syncing = false;
+            state.stats.syncs += 1;
+            match result {
+                Ok(()) => {
+                    if target_lsn > state.durable_lsn {
+                        state.durable_lsn = target_lsn;
+                        state.durable_bytes = target_bytes;
+                    }
+                }
+                Err(error) => self.poison(state, "fdatasync", &error),
+            }
+        }
+        let completed = self.after_io(state);
+        // The cycle is over: its leader and the waiters it completed are
+        // released, and may append again at once.
+        state.released = 1 + completed;
+        state.arrivals = 0;
+    }
+
+    /// Holds the write back (the leader's role taken, `writing` set) until
+    /// as many frames arrived since the last cycle as it released, or for
+    /// a fraction of the last fdatasync's duration: under load the released
+    /// appenders rejoin this group instead of forming the next one, so a
+    /// group can hold nearly every appender instead of about half of them.
+    fn fill_group(&self, state: &mut MutexGuard<'_, State>) {
+        let wait = (state.last_sync / GROUP_FILL_WAIT_DIVISOR).min(GROUP_FILL_WAIT_MAX);
+        if wait.is_zero() {
+            return;
+        }
+        let deadline = Instant::now() + wait;
+        let parker = PARKER.with(Arc::clone);
+        parker.notified.store(false, Ordering::Relaxed);
+        state.filling = Some((state.released, Arc::clone(&parker)));
+        let wake = std::mem::take(&mut state.to_wake);
+        MutexGuard::unlocked(state, || {
+            wake_all(wake);
+            while !parker.notified.load(Ordering::Acquire) {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                std::thread::park_timeout(deadline - now);
+            }
+        });
+        if state.filling.take().is_none() {
+            // An appender reached the target as the wait timed out and
+            // queued this thread's wake-up: take it back, or wait for it if
+            // it is being delivered, so that no stale wake-up ends a later
+            // park early.
+            if let Some(index) = state
+                .to_wake
+                .iter()
+                .position(|queued| Arc::ptr_eq(queued, &parker))
+            {
+                state.to_wake.remove(index);
+            } else {
+                MutexGuard::unlocked(state, || {
+                    while !parker.notified.load(Ordering::Acquire) {
+                        std::thread::park();
+                    }
+                });
+            }
+        }
+    }
+
+    /// Moves the waiters that can go on now from `waiters` to `to_wake`:
+    /// those whose LSN is written or durable as they asked, those waiting
+    /// for idle I/O when none is in flight, everyone after a poisoning; and,
+    /// with no I/O in flight, the remaining waiter with the lowest LSN, to
+    /// lead the next commit (queued first). Returns how many waiters can go
+    /// on (the next leader not counted).
+    fn collect_wakes(&self, state: &mut State) -> usize {
+        let idle = !state.writing && !state.syncing;
+        let poisoned = state.poisoned.is_some();
+        let (written, durable) = (state.written_lsn, state.durable_lsn);
+        let mut next_leader: Option<(Lsn, usize)> = None;
+        let mut ready_count = 0;
+        let mut index = 0;
+        while index < state.waiters.len() {
+            let ready = poisoned
+                || match state.waiters[index].wait_for {
+                    WaitFor::Written(lsn) => lsn <= written,
+                    WaitFor::Durable(lsn) => lsn <= durable,
+                    WaitFor::Idle => idle,
+                };
+            if ready {
+                let waiter = state.waiters.swap_remove(index);
+                state.to_wake.push(waiter.parker);
+                ready_count += 1;
+                continue;
+            }
+            let lsn = match state.waiters[index].wait_for {
+                WaitFor::Written(lsn) | WaitFor::Durable(lsn) => lsn,
+                WaitFor::Idle => 0,
+            };
+            if next_leader.is_none_or(|(lowest, _)| lsn < lowest) {
+                next_leader = Some((lsn, index));
+            }
+            index += 1;
+        }
+        if idle && !poisoned {
+            if let Some((_, index)) = next_leader {
+                let waiter = state.waiters.swap_remove(index);
+                state.to_wake.insert(0, waiter.parker);
+            }
+        }
+        ready_count
     }
 
     fn poison(&self, state: &mut State, operation: &str, error: &std::io::Error) {
@@ -351,9 +585,11 @@ impl Writer {
         }
     }
 
-    /// Wakes waiters, and after a poisoning with no I/O left in flight,
-    /// removes every byte past the last fsync.
-    fn after_io(&self, state: &mut State) {
+    /// Queues the wake-ups of the waiters that can go on (see
+    /// `collect_wakes`), and after a poisoning with no I/O left in flight,
+    /// removes every byte past the last fsync. Returns how many waiters can
+    /// go on.
+    fn after_io(&self, state: &mut State) -> usize {
         if state.poisoned.is_some()
             && !state.writing
             && !state.syncing
@@ -390,14 +626,14 @@ impl Writer {
                 );
             }
         }
-        self.changed.notify_all();
+        self.collect_wakes(state)
     }
 
     /// Seals the active segment (all of it written and fsynced) and starts a
     /// new one at the next LSN. Runs under the mutex: rolls are rare.
     fn roll(&self, state: &mut MutexGuard<'_, State>, frame_bytes: u64) -> Result<()> {
         while state.writing || state.syncing {
-            self.changed.wait(state);
+            self.park(state, WaitFor::Idle);
         }
         self.check_poison(state)?;
         if !self.needs_roll(state, frame_bytes) {
@@ -456,7 +692,8 @@ impl Writer {
                     created.path,
                     Arc::clone(&state.active_file),
                 );
-                self.changed.notify_all();
+                // The roll made every frame durable: wake their waiters.
+                self.collect_wakes(state);
                 Ok(())
             }
             Err(error) => {

@@ -145,16 +145,6 @@ impl StoreOptions {
         self
     }
 
-    /// Sets how long a group commit waits for more appenders
-    /// ([`LogOptions::group_commit_delay`]).
-    pub fn group_commit_delay(
-        mut self,
-        group_commit_delay: Option<std::time::Duration>,
-    ) -> StoreOptions {
-        self.log.group_commit_delay = group_commit_delay;
-        self
-    }
-
     /// Sets whether opening keeps what precedes damage instead of failing
     /// ([`LogOptions::salvage`]).
     pub fn salvage(mut self, salvage: bool) -> StoreOptions {

@@ -2,7 +2,7 @@
 //! events (16 bytes per conversation and frame), and the conversation reads
 //! that fold a conversation from its snapshot slice and those frames.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::snapshot::LoadedSnapshot;
@@ -48,7 +48,16 @@ pub(super) struct State {
     pub(super) segments: Vec<Lsn>,
     pub(super) events_since_snapshot: u64,
     pub(super) bytes_since_snapshot: u64,
+    /// The latest frames indexed (one past the last LSN of each, and where
+    /// it starts), oldest first, at most `RECENT_FRAMES_KEPT`: where a
+    /// snapshot finds the frame ending just before its LSN.
+    pub(super) recent_frames: VecDeque<(Lsn, Position)>,
 }
+
+/// How many of the latest frames the index remembers for snapshots (a
+/// snapshot whose last frame has left this window records no replay
+/// position, and opening replays its segment from the start).
+pub(super) const RECENT_FRAMES_KEPT: usize = 1024;
 
 impl State {
     pub(super) fn pack(&mut self, position: Position) -> u64 {
@@ -63,6 +72,36 @@ impl State {
         ((ordinal as u64) << OFFSET_BITS) | position.offset
     }
 
+    /// Remembers that the frame at `position` reaches at least LSN `end - 1`.
+    fn remember_frame(&mut self, end: Lsn, position: Position) {
+        // Replay indexes a frame event by event; concurrent appenders may
+        // index frames out of order (an entry per frame all the same).
+        if let Some(known) = self
+            .recent_frames
+            .iter_mut()
+            .rev()
+            .take(8)
+            .find(|(_, known)| *known == position)
+        {
+            known.0 = known.0.max(end);
+            return;
+        }
+        if self.recent_frames.len() == RECENT_FRAMES_KEPT {
+            self.recent_frames.pop_front();
+        }
+        self.recent_frames.push_back((end, position));
+    }
+
+    /// Where the frame ending just before `lsn` starts, if it is among the
+    /// latest frames indexed.
+    pub(super) fn frame_ending_before(&self, lsn: Lsn) -> Option<Position> {
+        self.recent_frames
+            .iter()
+            .rev()
+            .find(|(end, _)| *end == lsn)
+            .map(|(_, position)| *position)
+    }
+
     pub(super) fn unpack(&self, packed: u64) -> Position {
         Position {
             segment: self.segments[(packed >> OFFSET_BITS) as usize],
@@ -72,6 +111,9 @@ impl State {
 
     /// Records that the frame at `position` holds events of these conversations.
     pub(super) fn index_frame(&mut self, events: &[(Lsn, &Event)], position: Position) {
+        if let Some(end) = events.iter().map(|(lsn, _)| lsn + 1).max() {
+            self.remember_frame(end, position);
+        }
         let packed = self.pack(position);
         for (lsn, event) in events {
             let Some(id) = event.conversation_id() else {
@@ -237,7 +279,41 @@ impl StoreCore {
             _ => ConversationSlice::new(conversation_id),
         };
         let limit = below_lsn.unwrap_or(Lsn::MAX);
-        for (frame_lsn, position) in positions.into_iter().filter(|(lsn, _)| *lsn < limit) {
+        let positions: Vec<(Lsn, Position)> = positions
+            .into_iter()
+            .filter(|(lsn, _)| *lsn < limit)
+            .collect();
+        // The segment log reads the frames in one pass, payloads borrowed.
+        // A take-back (a failed write under `Durability::None`) is rare: the
+        // frame-by-frame fold below knows which frames it removed.
+        if let Some(reader) = self
+            .log
+            .reader()
+            .filter(|_| self.log.taken_back_from().is_none())
+        {
+            let locators: Vec<Position> = positions.iter().map(|(_, position)| *position).collect();
+            let mut fold = |_: Position, lsn: Lsn, payload: &[u8]| -> Result<()> {
+                if lsn < base_lsn || lsn >= limit {
+                    return Ok(());
+                }
+                // A frame may hold other conversations' events: skip them
+                // without decoding.
+                if codec::peek_conversation_id(payload).is_some_and(|id| id != conversation_id) {
+                    return Ok(());
+                }
+                slice.apply_owned(codec::decode_event_at(lsn, payload)?, lsn);
+                Ok(())
+            };
+            match reader.visit_frames(&locators, &mut fold) {
+                Ok(()) => return Ok(Some(slice)),
+                // Taken back meanwhile: fold again, frame by frame.
+                Err(_) if self.log.taken_back_from().is_some() => {
+                    return self.fold_conversation(conversation_id, below_lsn)
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        for (frame_lsn, position) in positions {
             let records = match self.log.log().read_batch(position) {
                 Ok(records) => records,
                 // The writer took this frame back after its position was

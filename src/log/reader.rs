@@ -754,7 +754,15 @@ impl LogReader {
     /// Where its segment is gone, from `after.end_lsn` as
     /// [`LogReader::iter_from`] does.
     pub(crate) fn iter_after(&self, after: FrameSummary) -> LogIter {
-        let mut iter = self.iter_from(after.end_lsn);
+        self.iter_from_after(after.end_lsn, after)
+    }
+
+    /// Iterates over events with LSN `lsn` and above, reading from just
+    /// after the frame `after` (which must end at or before `lsn`, and
+    /// which [`LogReader::frame_in_segment_of`] found) instead of from the
+    /// start of the segment holding `lsn`.
+    pub(crate) fn iter_from_after(&self, lsn: Lsn, after: FrameSummary) -> LogIter {
+        let mut iter = self.iter_from(lsn);
         iter.start_after = Some(after);
         iter
     }
@@ -1105,7 +1113,7 @@ impl LogIter {
                 .layout
                 .iter()
                 .position(|segment| segment.first_lsn() == after.position.segment);
-            if let Some(index) = found.filter(|_| self.next_lsn == after.end_lsn) {
+            if let Some(index) = found.filter(|_| self.next_lsn >= after.end_lsn) {
                 return Ok(Cursor {
                     segment: index,
                     segment_lsn: after.position.segment,

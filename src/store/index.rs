@@ -52,7 +52,16 @@ pub(super) struct State {
     /// it starts), oldest first, at most `RECENT_FRAMES_KEPT`: where a
     /// snapshot finds the frame ending just before its LSN.
     pub(super) recent_frames: VecDeque<(Lsn, Position)>,
+    /// A sparse map from LSN to frame: (one past the last LSN, position)
+    /// of a frame at least `SEEK_SPAN_BYTES` after the one before it in
+    /// the list (or the first of a segment), in LSN order; where reading
+    /// the log from an LSN starts instead of at the start of its segment.
+    pub(super) seek_points: Vec<(Lsn, Position)>,
 }
+
+/// Bytes of log between two seek points: reading from an LSN scans at
+/// most about this much before reaching it (16 bytes of memory per span).
+pub(super) const SEEK_SPAN_BYTES: u64 = 64 * 1024;
 
 /// How many of the latest frames the index remembers for snapshots (a
 /// snapshot whose last frame has left this window records no replay
@@ -86,10 +95,25 @@ impl State {
             known.0 = known.0.max(end);
             return;
         }
+        let spaced = self.seek_points.last().is_none_or(|(last_end, last)| {
+            end > *last_end
+                && (last.segment != position.segment
+                    || position.offset >= last.offset + SEEK_SPAN_BYTES)
+        });
+        if spaced {
+            self.seek_points.push((end, position));
+        }
         if self.recent_frames.len() == RECENT_FRAMES_KEPT {
             self.recent_frames.pop_front();
         }
         self.recent_frames.push_back((end, position));
+    }
+
+    /// The latest seek point at or before `lsn`: a frame ending at or
+    /// before it, and where it starts.
+    pub(super) fn seek_point(&self, lsn: Lsn) -> Option<(Lsn, Position)> {
+        let after = self.seek_points.partition_point(|(end, _)| *end <= lsn);
+        after.checked_sub(1).map(|index| self.seek_points[index])
     }
 
     /// Where the frame ending just before `lsn` starts, if it is among the

@@ -460,6 +460,7 @@ impl Start {
             events_since_snapshot: 0,
             bytes_since_snapshot: 0,
             recent_frames: std::collections::VecDeque::new(),
+            seek_points: Vec::new(),
         };
         for record in tail {
             let record = record?;

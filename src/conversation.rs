@@ -372,17 +372,14 @@ impl ConversationSlice {
     fn index(&mut self, key: EntryKey, entry: &ConversationEntry) {
         for call in &entry.tool_calls {
             if entry.role == Role::Assistant {
-                if !self.calls_in_evaluation.contains_key(&call.call_id) {
+                if let Some(held) = self.calls_in_evaluation.get_mut(&call.call_id) {
+                    match held.iter_mut().find(|(rank, _)| *rank == key.rank) {
+                        Some((_, last)) => *last = (*last).max(key),
+                        None => held.push((key.rank, key)),
+                    }
+                } else {
                     self.calls_in_evaluation
-                        .insert(call.call_id.clone(), Vec::new());
-                }
-                let held = self
-                    .calls_in_evaluation
-                    .get_mut(&call.call_id)
-                    .expect("inserted above");
-                match held.iter_mut().find(|(rank, _)| *rank == key.rank) {
-                    Some((_, last)) => *last = (*last).max(key),
-                    None => held.push((key.rank, key)),
+                        .insert(call.call_id.clone(), vec![(key.rank, key)]);
                 }
             }
             match self.calls.get_mut(&call.call_id) {

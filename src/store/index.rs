@@ -83,8 +83,23 @@ impl State {
 
     /// Remembers that the frame at `position` reaches at least LSN `end - 1`.
     fn remember_frame(&mut self, end: Lsn, position: Position) {
-        // Replay indexes a frame event by event; concurrent appenders may
-        // index frames out of order (an entry per frame all the same).
+        // Replay indexes a frame event by event: its seek point, if it has
+        // one, reaches its last event.
+        if let Some((last_end, last)) = self.seek_points.last_mut() {
+            if *last == position {
+                *last_end = (*last_end).max(end);
+            }
+        }
+        let spaced = self.seek_points.last().is_none_or(|(last_end, last)| {
+            end > *last_end
+                && (last.segment != position.segment
+                    || position.offset >= last.offset + SEEK_SPAN_BYTES)
+        });
+        if spaced {
+            self.seek_points.push((end, position));
+        }
+        // Likewise its entry among the recent frames; concurrent appenders
+        // may index frames out of order (an entry per frame all the same).
         if let Some(known) = self
             .recent_frames
             .iter_mut()
@@ -94,14 +109,6 @@ impl State {
         {
             known.0 = known.0.max(end);
             return;
-        }
-        let spaced = self.seek_points.last().is_none_or(|(last_end, last)| {
-            end > *last_end
-                && (last.segment != position.segment
-                    || position.offset >= last.offset + SEEK_SPAN_BYTES)
-        });
-        if spaced {
-            self.seek_points.push((end, position));
         }
         if self.recent_frames.len() == RECENT_FRAMES_KEPT {
             self.recent_frames.pop_front();
@@ -417,5 +424,54 @@ impl Store {
             index_entries,
             index_bytes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ConversationEntry, Role};
+
+    fn empty_state() -> State {
+        State {
+            snapshot: None,
+            index: HashMap::new(),
+            segments: Vec::new(),
+            events_since_snapshot: 0,
+            bytes_since_snapshot: 0,
+            recent_frames: VecDeque::new(),
+            seek_points: Vec::new(),
+        }
+    }
+
+    /// Replay indexes a frame one event at a time: the frame's seek point
+    /// and its entry among the recent frames must still end where the
+    /// frame ends (a seek point ending early is refused when checked
+    /// against the frame, and the read falls back to a segment scan).
+    #[test]
+    fn a_frame_indexed_event_by_event_ends_at_its_last_event() {
+        let event = ConversationEntry::new("e", 0, Role::User, Some("hi".into())).recorded_in("c");
+        let mut state = empty_state();
+        let first = Position {
+            segment: 1,
+            offset: 56,
+        };
+        let second = Position {
+            segment: 1,
+            offset: 56 + SEEK_SPAN_BYTES,
+        };
+        for lsn in 1..=3 {
+            state.index_frame(&[(lsn, &event)], first);
+        }
+        for lsn in 4..=5 {
+            state.index_frame(&[(lsn, &event)], second);
+        }
+        assert_eq!(state.seek_points, vec![(4, first), (6, second)]);
+        assert_eq!(state.seek_point(5), Some((4, first)));
+        assert_eq!(state.seek_point(6), Some((6, second)));
+        assert_eq!(state.seek_point(3), None);
+        assert_eq!(state.frame_ending_before(4), Some(first));
+        assert_eq!(state.frame_ending_before(6), Some(second));
+        assert_eq!(state.frame_ending_before(5), None);
     }
 }

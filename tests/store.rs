@@ -1060,3 +1060,42 @@ fn reading_the_log_from_an_lsn_returns_what_a_full_scan_returns_from_there() {
     let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
     check(&store);
 }
+
+/// Regression (found by the store crash simulation): when compaction has
+/// deleted the segment holding a snapshot's last frame (the log starts at
+/// the snapshot's LSN), that frame cannot be looked at; the snapshot is
+/// bound by the next segment's header and is used, not refused.
+#[test]
+fn a_snapshot_whose_last_frame_was_compacted_away_still_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = || small_store_options().retention(Retention::DeleteCoveredBySnapshot);
+    let snapshot_lsn = {
+        let store = Store::open(dir.path(), options()).unwrap();
+        for sequence in 0..5 {
+            store
+                .append(&[entry("e", sequence, Role::User, "hello").recorded_in("c")])
+                .unwrap();
+        }
+        let info = store.snapshot().unwrap();
+        assert_ne!(last_frame_offset(&info.path), 0);
+        // Too large for what is left of the segment: the next one starts
+        // at the snapshot's LSN, and compaction deletes the one before.
+        store.append(&[custom(3_600)]).unwrap();
+        let report = store.compact().unwrap();
+        assert!(!report.removed.is_empty(), "{report:?}");
+        assert_eq!(store.log().first_lsn(), info.lsn);
+        info.lsn
+    };
+    let store = Store::open(dir.path(), options()).unwrap();
+    let report = store.open_report();
+    assert!(
+        report.skipped_snapshots.is_empty(),
+        "{:?}",
+        report.skipped_snapshots
+    );
+    assert_eq!(
+        report.snapshot.as_ref().map(|(_, lsn)| *lsn),
+        Some(snapshot_lsn)
+    );
+    assert_eq!(store.conversation("c").unwrap().len(), 5);
+}

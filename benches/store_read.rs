@@ -71,6 +71,8 @@ const WAVE: usize = 64;
 /// Events per frame in the mixed-batch store.
 const MIXED_BATCH: usize = 64;
 const CHILD_ENV: &str = "CONVLOG_BENCH_CHILD_OPEN";
+/// LSNs the read-from-an-LSN measurement starts at, per store.
+const SEEK_READS: usize = 400;
 const SQL_READ: &str = "SELECT lsn, payload FROM events WHERE conversation_id = ?1 ORDER BY lsn";
 
 fn main() -> BenchResult<()> {
@@ -887,6 +889,43 @@ fn bench_reads(
             sqlite.samples,
             micros(store.decode.latency().p50),
             micros(store.fold.latency().p50),
+        );
+    }
+
+    // Reading the log from an LSN (issue 15): `LogView::iter_from` starts
+    // at the store's nearest seek point; the segment log's own reader
+    // (`LogReader::iter_from`) scans from the start of the segment holding
+    // the LSN. Same LSNs, same run: the first event of each.
+    section("Reading the log from an LSN (first event), seek point vs segment scan");
+    for store in stores.iter().filter(|store| store.mixed.is_none()) {
+        let reader = store.store();
+        let log_reader = reader.log().reader().expect("the segment log");
+        let next = reader.log().next_lsn();
+        let lsns: Vec<Lsn> = (0..SEEK_READS as u64)
+            .map(|index| 1 + (index * 7919 * (next - 1) / SEEK_READS as u64) % (next - 1))
+            .collect();
+        let (mut seek, mut scan) = (Samples::default(), Samples::default());
+        for &lsn in &lsns {
+            seek.run(1, Duration::MAX, || {
+                let first = reader.log().iter_from(lsn).next().expect("an event")?;
+                assert_eq!(first.lsn, lsn);
+                Ok(())
+            })?;
+            scan.run(1, Duration::MAX, || {
+                let first = log_reader.iter_from(lsn).next().expect("an event")?;
+                assert_eq!(first.lsn, lsn);
+                Ok(())
+            })?;
+        }
+        let (seek, scan) = (seek.latency(), scan.latency());
+        println!(
+            "{}: iter_from(lsn) first event p50 {} p99 {}; segment scan p50 {} p99 {} ({} LSNs)",
+            store.label(),
+            micros(seek.p50),
+            micros(seek.p99),
+            micros(scan.p50),
+            micros(scan.p99),
+            seek.samples
         );
     }
 

@@ -893,6 +893,7 @@ mod tests {
                 store_id: [0; 16],
                 chain: 0,
             },
+            None,
             vec![
                 Ok(("c".to_string(), vec![1, 2, 3])),
                 Ok(("d".to_string(), vec![4])),

@@ -127,8 +127,10 @@ pub struct ConversationSlice {
     curations: Vec<(Lsn, HistoryCurated)>,
     last_lsn: Lsn,
     message_ids: HashSet<Uuid>,
-    /// (evaluation, call id) → the last assistant entry in order holding it.
-    calls_in_evaluation: HashMap<(String, String), EntryKey>,
+    /// Call id → for each evaluation (by rank) with an assistant entry
+    /// holding the call, the last such entry in order. Keyed by call id
+    /// alone so that a status finds its call without building a key.
+    calls_in_evaluation: HashMap<String, Vec<(usize, EntryKey)>>,
     /// Call id → the last entry in order holding it.
     calls: HashMap<String, EntryKey>,
     /// Call id → the first tool entry in order answering it.
@@ -370,14 +372,22 @@ impl ConversationSlice {
     fn index(&mut self, key: EntryKey, entry: &ConversationEntry) {
         for call in &entry.tool_calls {
             if entry.role == Role::Assistant {
-                let held = self
-                    .calls_in_evaluation
-                    .entry((entry.evaluation_id.clone(), call.call_id.clone()))
-                    .or_insert(key);
-                *held = (*held).max(key);
+                if let Some(held) = self.calls_in_evaluation.get_mut(&call.call_id) {
+                    match held.iter_mut().find(|(rank, _)| *rank == key.rank) {
+                        Some((_, last)) => *last = (*last).max(key),
+                        None => held.push((key.rank, key)),
+                    }
+                } else {
+                    self.calls_in_evaluation
+                        .insert(call.call_id.clone(), vec![(key.rank, key)]);
+                }
             }
-            let held = self.calls.entry(call.call_id.clone()).or_insert(key);
-            *held = (*held).max(key);
+            match self.calls.get_mut(&call.call_id) {
+                Some(held) => *held = (*held).max(key),
+                None => {
+                    self.calls.insert(call.call_id.clone(), key);
+                }
+            }
         }
         if let (Role::Tool, Some(call_id)) = (entry.role, &entry.tool_call_id) {
             let first = self.results.entry(call_id.clone()).or_insert(key);
@@ -402,7 +412,6 @@ impl ConversationSlice {
         }
         let key = self.key_for(&entry);
         self.index(key, &entry);
-        let evaluation_id = entry.evaluation_id.clone();
         let answers = (entry.role == Role::Tool)
             .then(|| entry.tool_call_id.clone())
             .flatten();
@@ -416,14 +425,25 @@ impl ConversationSlice {
                 .map(|call| call.call_id.clone())
                 .collect()
         };
-        let result_status = answers
-            .is_some()
-            .then(|| (entry.is_error, entry.created_at, entry.content.clone()));
+        // Only a failed result carries its content on as the call's error.
+        let result_status = answers.is_some().then(|| {
+            let error = if entry.is_error {
+                entry.content.clone()
+            } else {
+                None
+            };
+            (entry.is_error, entry.created_at, error)
+        });
+        let evaluation_id = if answers.is_some() || !calls.is_empty() {
+            entry.evaluation_id.clone()
+        } else {
+            String::new()
+        };
         self.entries.insert(key, RecordedEntry { lsn, entry });
 
         // A result completes (or fails) the call it answers.
         if let (Some(call_id), Some(result_status)) = (answers, result_status) {
-            let (is_error, at, content) = result_status;
+            let (is_error, at, error) = result_status;
             let change = ToolStatusChanged {
                 conversation_id: self.conversation_id.clone(),
                 evaluation_id: evaluation_id.clone(),
@@ -434,7 +454,7 @@ impl ConversationSlice {
                     ToolStatus::Completed
                 },
                 at,
-                error: if is_error { content } else { None },
+                error,
                 resumed: false,
             };
             if !self.apply_status(&change, lsn) {
@@ -446,7 +466,7 @@ impl ConversationSlice {
         let mut picked: Vec<u64> = Vec::new();
         for call_id in &calls {
             let waiting_key = (evaluation_id.clone(), call_id.clone());
-            if self.calls_in_evaluation.contains_key(&waiting_key) {
+            if self.holds_call(key.rank, call_id) {
                 if let Some(arrivals) = self.waiting.remove(&waiting_key) {
                     picked.extend(arrivals);
                 }
@@ -478,10 +498,22 @@ impl ConversationSlice {
         true
     }
 
+    /// Whether an assistant entry of the evaluation ranked `rank` holds
+    /// the call.
+    fn holds_call(&self, rank: usize, call_id: &str) -> bool {
+        self.calls_in_evaluation
+            .get(call_id)
+            .is_some_and(|held| held.iter().any(|(held_rank, _)| *held_rank == rank))
+    }
+
     fn find_call_mut(&mut self, evaluation_id: &str, call_id: &str) -> Option<&mut ToolCall> {
-        let key = *self
+        let rank = *self.ranks.get(evaluation_id)?;
+        let key = self
             .calls_in_evaluation
-            .get(&(evaluation_id.to_string(), call_id.to_string()))?;
+            .get(call_id)?
+            .iter()
+            .find(|(held_rank, _)| *held_rank == rank)?
+            .1;
         self.entries
             .get_mut(&key)?
             .entry

@@ -755,11 +755,13 @@ fn a_version_2_snapshot_is_still_used() {
     let before = store.conversation("c").unwrap();
     let info = store.snapshot().unwrap();
     drop(store);
-    // Without curations, the version 2 and 3 layouts are the same bytes:
-    // the file differs in its version field (and the header checksum).
+    // Without curations, the version 2 and 4 layouts are the same bytes:
+    // the file differs in its version field, the last-frame offset
+    // (reserved, 0, in version 2) and the header checksum.
     let mut bytes = std::fs::read(&info.path).unwrap();
-    assert_eq!(bytes[8..12], 3u32.to_le_bytes());
+    assert_eq!(bytes[8..12], 4u32.to_le_bytes());
     bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    bytes[44..48].copy_from_slice(&0u32.to_le_bytes());
     let crc = crc32fast::hash(&bytes[..68]);
     bytes[68..72].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&info.path, &bytes).unwrap();

@@ -723,3 +723,379 @@ fn conversation_batches_since_lists_a_conversations_batches_until_a_snapshot_hid
         Some(vec![a2.start])
     );
 }
+
+/// The events of one tool-using evaluation of `conversation`: a user entry,
+/// an assistant entry calling two tools (a status of the second may come
+/// before the call), their statuses and results (the second failed, its
+/// result larger than a first positioned read), and an answer.
+fn evaluation_events(conversation: &str, evaluation: &str, round: usize) -> Vec<Vec<Event>> {
+    let (first, second) = (format!("{evaluation}-a"), format!("{evaluation}-b"));
+    let mut failed = tool_result(evaluation, 3, &second);
+    failed.is_error = true;
+    failed.content = Some("x".repeat(9_000 + round * 100));
+    let mut batches = vec![
+        vec![entry(evaluation, 0, Role::User, "question").recorded_in(conversation)],
+        vec![status(
+            conversation,
+            evaluation,
+            &second,
+            ToolStatus::Running,
+        )],
+        vec![assistant(evaluation, 1, &[&first, &second]).recorded_in(conversation)],
+        vec![
+            status(conversation, evaluation, &first, ToolStatus::Running),
+            status(conversation, evaluation, &first, ToolStatus::Completed),
+            tool_result(evaluation, 2, &first).recorded_in(conversation),
+        ],
+        vec![failed.recorded_in(conversation)],
+        vec![entry(
+            evaluation,
+            4,
+            Role::Assistant,
+            &"answer ".repeat(round % 50),
+        )
+        .recorded_in(conversation)],
+    ];
+    if round % 2 == 1 {
+        // The status before its call comes after it instead.
+        batches.swap(1, 2);
+    }
+    batches
+}
+
+/// Reading a conversation reads its frames in one pass (nearby frames of
+/// the active segment together, sealed segments from their maps): the
+/// slice equals a fold of the whole log, for conversations whose frames
+/// are interleaved with others', shared with others', spread across
+/// segment boundaries, in the active segment, before and after a reopen,
+/// and from a read-only store.
+#[test]
+fn reading_a_conversation_equals_folding_the_whole_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let conversations: Vec<String> = (0..7).map(|index| format!("conv-{index}")).collect();
+    {
+        let store =
+            Store::open(dir.path(), StoreOptions::new().segment_bytes_max(64 * 1024)).unwrap();
+        let mut pending: Vec<(usize, Vec<Vec<Event>>)> = Vec::new();
+        let mut rng = Rng::new(15);
+        for round in 0..30 {
+            for (index, conversation) in conversations.iter().enumerate() {
+                pending.push((
+                    index,
+                    evaluation_events(conversation, &format!("e{round}-{index}"), round),
+                ));
+            }
+            // Interleave the conversations' batches at random, sometimes
+            // two conversations in one batch.
+            while !pending.is_empty() {
+                let pick = rng.below(pending.len() as u64) as usize;
+                let mut batch = pending[pick].1.remove(0);
+                if rng.below(5) == 0 {
+                    let other = rng.below(pending.len() as u64) as usize;
+                    if other != pick && !pending[other].1.is_empty() {
+                        batch.extend(pending[other].1.remove(0));
+                    }
+                }
+                store.append_with(&batch, quick()).unwrap();
+                pending.retain(|(_, batches)| !batches.is_empty());
+            }
+        }
+        store.sync().unwrap();
+        for conversation in &conversations {
+            let slice = store.conversation(conversation).unwrap();
+            assert_eq!(slice.len(), 30 * 5);
+            assert_eq!(slice, full_fold(dir.path(), conversation), "{conversation}");
+        }
+    }
+    let segments = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|entry| {
+            entry
+                .as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".seg")
+        })
+        .count();
+    assert!(
+        segments > 3,
+        "sealed segments and an active one: {segments}"
+    );
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    let reader = Store::open_read_only(dir.path(), StoreOptions::default()).unwrap();
+    for conversation in &conversations {
+        let expected = full_fold(dir.path(), conversation);
+        assert_eq!(store.conversation(conversation).unwrap(), expected);
+        assert_eq!(reader.conversation(conversation).unwrap(), expected);
+    }
+}
+
+fn quick() -> convlog::AppendOptions {
+    convlog::AppendOptions::new().durability(convlog::log::Durability::None)
+}
+
+/// A conversation read while a writer appends others' events to the same
+/// active segment reads exactly its own frames.
+#[test]
+fn reading_a_conversation_while_others_are_appended_reads_its_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open(dir.path(), StoreOptions::default()).unwrap());
+    for round in 0..20 {
+        for batch in evaluation_events("mine", &format!("e{round}"), round) {
+            store.append_with(&batch, quick()).unwrap();
+            store
+                .append_with(
+                    &[entry("other", round as u64, Role::User, "noise").recorded_in("other")],
+                    quick(),
+                )
+                .unwrap();
+        }
+    }
+    let expected = store.conversation("mine").unwrap();
+    assert_eq!(expected, full_fold(dir.path(), "mine"));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut sequence = 1_000u64;
+            while !stop.load(Ordering::SeqCst) || sequence < 1_100 {
+                store
+                    .append_with(
+                        &[entry(
+                            "later",
+                            sequence,
+                            Role::User,
+                            &"n".repeat((sequence % 7_000) as usize),
+                        )
+                        .recorded_in("other")],
+                        quick(),
+                    )
+                    .unwrap();
+                sequence += 1;
+            }
+        })
+    };
+    for _ in 0..40 {
+        assert_eq!(store.conversation("mine").unwrap(), expected);
+    }
+    stop.store(true, Ordering::SeqCst);
+    writer.join().unwrap();
+    assert_eq!(store.conversation("mine").unwrap(), expected);
+}
+
+/// Rewrites a snapshot header's version and last-frame offset (bytes 8
+/// and 44, docs/format.md section 13) and its checksum.
+fn rewrite_snapshot_header(path: &std::path::Path, version: u32, last_frame_offset: u32) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[8..12].copy_from_slice(&version.to_le_bytes());
+    bytes[44..48].copy_from_slice(&last_frame_offset.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..68]);
+    bytes[68..72].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn last_frame_offset(path: &std::path::Path) -> u32 {
+    let bytes = std::fs::read(path).unwrap();
+    u32::from_le_bytes(bytes[44..48].try_into().unwrap())
+}
+
+/// A store with a snapshot late in its active segment and a tail after it.
+fn store_with_a_snapshot_and_a_tail(dir: &std::path::Path) -> (std::path::PathBuf, Vec<u64>) {
+    let store = Store::open(dir, StoreOptions::default()).unwrap();
+    let mut frames = Vec::new();
+    for round in 0..40 {
+        for batch in evaluation_events("c", &format!("e{round}"), round) {
+            frames.push(store.append_with(&batch, quick()).unwrap().start);
+        }
+    }
+    let info = store.snapshot().unwrap();
+    for round in 40..45 {
+        for batch in evaluation_events("c", &format!("e{round}"), round) {
+            store.append_with(&batch, quick()).unwrap();
+        }
+    }
+    store.sync().unwrap();
+    (info.path, frames)
+}
+
+/// A snapshot records where its last frame is; opening replays from just
+/// after it, and reads the same store as a full replay.
+#[test]
+fn open_replays_from_the_snapshots_last_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let (snapshot, _) = store_with_a_snapshot_and_a_tail(dir.path());
+    assert_ne!(
+        last_frame_offset(&snapshot),
+        0,
+        "the snapshot names its last frame"
+    );
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    let report = store.open_report();
+    assert_eq!(
+        report.snapshot.as_ref().map(|(path, _)| path),
+        Some(&snapshot)
+    );
+    assert!(
+        report.skipped_snapshots.is_empty(),
+        "{:?}",
+        report.skipped_snapshots
+    );
+    assert_eq!(report.replayed_events, 5 * 8);
+    assert_eq!(store.conversation("c").unwrap(), full_fold(dir.path(), "c"));
+    // The tail replayed from there is indexed: appends and reads go on.
+    store
+        .append(&[entry("e-last", 0, Role::User, "more").recorded_in("c")])
+        .unwrap();
+    assert_eq!(store.conversation("c").unwrap(), full_fold(dir.path(), "c"));
+}
+
+/// A snapshot whose last-frame offset names another frame (or no frame)
+/// does not match the log: it is refused like a stale one, and the store
+/// opens from the log.
+#[test]
+fn a_snapshot_naming_the_wrong_last_frame_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (snapshot, _) = store_with_a_snapshot_and_a_tail(dir.path());
+    let honest = last_frame_offset(&snapshot);
+    let expected = full_fold(dir.path(), "c");
+    let reader = convlog::log::LogReader::open(dir.path()).unwrap();
+    let earlier = reader
+        .iter()
+        .map(|record| record.unwrap().position.offset as u32)
+        .filter(|offset| *offset < honest)
+        .last()
+        .unwrap();
+    for lie in [earlier, honest + 1, 56, u32::MAX] {
+        rewrite_snapshot_header(&snapshot, 4, lie);
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let report = store.open_report();
+        assert_eq!(report.snapshot, None, "offset {lie}");
+        assert_eq!(report.skipped_snapshots.len(), 1, "offset {lie}");
+        assert!(
+            report.skipped_snapshots[0]
+                .1
+                .contains("does not match the log"),
+            "{:?}",
+            report.skipped_snapshots
+        );
+        assert_eq!(store.conversation("c").unwrap(), expected);
+        drop(store);
+        let verified = convlog::store::verify(dir.path(), &mut |_| {}).unwrap();
+        assert_eq!(verified.chosen_snapshot, None, "offset {lie}");
+    }
+    rewrite_snapshot_header(&snapshot, 4, honest);
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    assert!(store.open_report().snapshot.is_some());
+    assert_eq!(store.conversation("c").unwrap(), expected);
+}
+
+/// A snapshot of format version 3 (no last-frame offset) still opens: the
+/// replay starts at the start of the segment holding its LSN.
+#[test]
+fn a_version_3_snapshot_without_a_last_frame_still_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let (snapshot, _) = store_with_a_snapshot_and_a_tail(dir.path());
+    rewrite_snapshot_header(&snapshot, 3, 0);
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    let report = store.open_report();
+    assert_eq!(
+        report.snapshot.as_ref().map(|(path, _)| path),
+        Some(&snapshot)
+    );
+    assert!(report.skipped_snapshots.is_empty());
+    assert_eq!(report.replayed_events, 5 * 8);
+    assert_eq!(store.conversation("c").unwrap(), full_fold(dir.path(), "c"));
+    drop(store);
+    // A version 3 header with something in its reserved field is damaged.
+    rewrite_snapshot_header(&snapshot, 3, 1234);
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    assert_eq!(store.open_report().snapshot, None);
+}
+
+/// `LogView::iter_from` starts near the LSN (at a frame the store indexed)
+/// instead of at the start of its segment: from every LSN it returns
+/// exactly what a reader scanning from the log's start returns from there,
+/// across segments, in the active segment, from LSNs inside batches, and
+/// after a reopen (seek points of replayed frames only).
+#[test]
+fn reading_the_log_from_an_lsn_returns_what_a_full_scan_returns_from_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        dir.path(),
+        StoreOptions::new().segment_bytes_max(256 * 1024),
+    )
+    .unwrap();
+    for round in 0..60 {
+        for batch in evaluation_events("c", &format!("e{round}"), round) {
+            store.append_with(&batch, quick()).unwrap();
+        }
+    }
+    let all: Vec<(u64, Vec<u8>)> = common::read_all(dir.path())
+        .into_iter()
+        .map(|record| (record.lsn, record.payload))
+        .collect();
+    let check = |store: &Store| {
+        for from in (1..=all.len() as u64 + 1)
+            .step_by(7)
+            .chain([all.len() as u64, all.len() as u64 + 1])
+        {
+            let read: Vec<(u64, Vec<u8>)> = store
+                .log()
+                .iter_from(from)
+                .map(|record| {
+                    let record = record.unwrap();
+                    (record.lsn, record.payload)
+                })
+                .collect();
+            assert_eq!(read, all[from as usize - 1..], "from LSN {from}");
+        }
+    };
+    check(&store);
+    drop(store);
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    check(&store);
+    store.snapshot().unwrap();
+    drop(store);
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    check(&store);
+}
+
+/// Regression (found by the store crash simulation): when compaction has
+/// deleted the segment holding a snapshot's last frame (the log starts at
+/// the snapshot's LSN), that frame cannot be looked at; the snapshot is
+/// bound by the next segment's header and is used, not refused.
+#[test]
+fn a_snapshot_whose_last_frame_was_compacted_away_still_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = || small_store_options().retention(Retention::DeleteCoveredBySnapshot);
+    let snapshot_lsn = {
+        let store = Store::open(dir.path(), options()).unwrap();
+        for sequence in 0..5 {
+            store
+                .append(&[entry("e", sequence, Role::User, "hello").recorded_in("c")])
+                .unwrap();
+        }
+        let info = store.snapshot().unwrap();
+        assert_ne!(last_frame_offset(&info.path), 0);
+        // Too large for what is left of the segment: the next one starts
+        // at the snapshot's LSN, and compaction deletes the one before.
+        store.append(&[custom(3_600)]).unwrap();
+        let report = store.compact().unwrap();
+        assert!(!report.removed.is_empty(), "{report:?}");
+        assert_eq!(store.log().first_lsn(), info.lsn);
+        info.lsn
+    };
+    let store = Store::open(dir.path(), options()).unwrap();
+    let report = store.open_report();
+    assert!(
+        report.skipped_snapshots.is_empty(),
+        "{:?}",
+        report.skipped_snapshots
+    );
+    assert_eq!(
+        report.snapshot.as_ref().map(|(_, lsn)| *lsn),
+        Some(snapshot_lsn)
+    );
+    assert_eq!(store.conversation("c").unwrap().len(), 5);
+}

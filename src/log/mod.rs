@@ -59,7 +59,8 @@ pub use format::{
     SEGMENT_BYTES_MIN,
 };
 pub use memory::MemoryLog;
-pub use reader::{LogIter, LogReader, Position, ReaderOptions, Record};
+pub(crate) use reader::FrameSummary;
+pub use reader::{FrameVisitor, LogIter, LogReader, Position, ReaderOptions, Record};
 pub use recovery::{RecoveryReport, Salvage, TornTail, VerifyReport};
 pub use segment::SegmentFile;
 pub use writer::WriterStats;

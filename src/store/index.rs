@@ -2,7 +2,7 @@
 //! events (16 bytes per conversation and frame), and the conversation reads
 //! that fold a conversation from its snapshot slice and those frames.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::snapshot::LoadedSnapshot;
@@ -48,7 +48,25 @@ pub(super) struct State {
     pub(super) segments: Vec<Lsn>,
     pub(super) events_since_snapshot: u64,
     pub(super) bytes_since_snapshot: u64,
+    /// The latest frames indexed (one past the last LSN of each, and where
+    /// it starts), oldest first, at most `RECENT_FRAMES_KEPT`: where a
+    /// snapshot finds the frame ending just before its LSN.
+    pub(super) recent_frames: VecDeque<(Lsn, Position)>,
+    /// A sparse map from LSN to frame: (one past the last LSN, position)
+    /// of a frame at least `SEEK_SPAN_BYTES` after the one before it in
+    /// the list (or the first of a segment), in LSN order; where reading
+    /// the log from an LSN starts instead of at the start of its segment.
+    pub(super) seek_points: Vec<(Lsn, Position)>,
 }
+
+/// Bytes of log between two seek points: reading from an LSN scans at
+/// most about this much before reaching it (16 bytes of memory per span).
+pub(super) const SEEK_SPAN_BYTES: u64 = 64 * 1024;
+
+/// How many of the latest frames the index remembers for snapshots (a
+/// snapshot whose last frame has left this window records no replay
+/// position, and opening replays its segment from the start).
+pub(super) const RECENT_FRAMES_KEPT: usize = 1024;
 
 impl State {
     pub(super) fn pack(&mut self, position: Position) -> u64 {
@@ -63,6 +81,58 @@ impl State {
         ((ordinal as u64) << OFFSET_BITS) | position.offset
     }
 
+    /// Remembers that the frame at `position` reaches at least LSN `end - 1`.
+    fn remember_frame(&mut self, end: Lsn, position: Position) {
+        // Replay indexes a frame event by event: its seek point, if it has
+        // one, reaches its last event.
+        if let Some((last_end, last)) = self.seek_points.last_mut() {
+            if *last == position {
+                *last_end = (*last_end).max(end);
+            }
+        }
+        let spaced = self.seek_points.last().is_none_or(|(last_end, last)| {
+            end > *last_end
+                && (last.segment != position.segment
+                    || position.offset >= last.offset + SEEK_SPAN_BYTES)
+        });
+        if spaced {
+            self.seek_points.push((end, position));
+        }
+        // Likewise its entry among the recent frames; concurrent appenders
+        // may index frames out of order (an entry per frame all the same).
+        if let Some(known) = self
+            .recent_frames
+            .iter_mut()
+            .rev()
+            .take(8)
+            .find(|(_, known)| *known == position)
+        {
+            known.0 = known.0.max(end);
+            return;
+        }
+        if self.recent_frames.len() == RECENT_FRAMES_KEPT {
+            self.recent_frames.pop_front();
+        }
+        self.recent_frames.push_back((end, position));
+    }
+
+    /// The latest seek point at or before `lsn`: a frame ending at or
+    /// before it, and where it starts.
+    pub(super) fn seek_point(&self, lsn: Lsn) -> Option<(Lsn, Position)> {
+        let after = self.seek_points.partition_point(|(end, _)| *end <= lsn);
+        after.checked_sub(1).map(|index| self.seek_points[index])
+    }
+
+    /// Where the frame ending just before `lsn` starts, if it is among the
+    /// latest frames indexed.
+    pub(super) fn frame_ending_before(&self, lsn: Lsn) -> Option<Position> {
+        self.recent_frames
+            .iter()
+            .rev()
+            .find(|(end, _)| *end == lsn)
+            .map(|(_, position)| *position)
+    }
+
     pub(super) fn unpack(&self, packed: u64) -> Position {
         Position {
             segment: self.segments[(packed >> OFFSET_BITS) as usize],
@@ -72,6 +142,9 @@ impl State {
 
     /// Records that the frame at `position` holds events of these conversations.
     pub(super) fn index_frame(&mut self, events: &[(Lsn, &Event)], position: Position) {
+        if let Some(end) = events.iter().map(|(lsn, _)| lsn + 1).max() {
+            self.remember_frame(end, position);
+        }
         let packed = self.pack(position);
         for (lsn, event) in events {
             let Some(id) = event.conversation_id() else {
@@ -237,7 +310,41 @@ impl StoreCore {
             _ => ConversationSlice::new(conversation_id),
         };
         let limit = below_lsn.unwrap_or(Lsn::MAX);
-        for (frame_lsn, position) in positions.into_iter().filter(|(lsn, _)| *lsn < limit) {
+        let positions: Vec<(Lsn, Position)> = positions
+            .into_iter()
+            .filter(|(lsn, _)| *lsn < limit)
+            .collect();
+        // The segment log reads the frames in one pass, payloads borrowed.
+        // A take-back (a failed write under `Durability::None`) is rare: the
+        // frame-by-frame fold below knows which frames it removed.
+        if let Some(reader) = self
+            .log
+            .reader()
+            .filter(|_| self.log.taken_back_from().is_none())
+        {
+            let locators: Vec<Position> = positions.iter().map(|(_, position)| *position).collect();
+            let mut fold = |_: Position, lsn: Lsn, payload: &[u8]| -> Result<()> {
+                if lsn < base_lsn || lsn >= limit {
+                    return Ok(());
+                }
+                // A frame may hold other conversations' events: skip them
+                // without decoding.
+                if codec::peek_conversation_id(payload).is_some_and(|id| id != conversation_id) {
+                    return Ok(());
+                }
+                slice.apply_owned(codec::decode_event_at(lsn, payload)?, lsn);
+                Ok(())
+            };
+            match reader.visit_frames(&locators, &mut fold) {
+                Ok(()) => return Ok(Some(slice)),
+                // Taken back meanwhile: fold again, frame by frame.
+                Err(_) if self.log.taken_back_from().is_some() => {
+                    return self.fold_conversation(conversation_id, below_lsn)
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        for (frame_lsn, position) in positions {
             let records = match self.log.log().read_batch(position) {
                 Ok(records) => records,
                 // The writer took this frame back after its position was
@@ -317,5 +424,54 @@ impl Store {
             index_entries,
             index_bytes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ConversationEntry, Role};
+
+    fn empty_state() -> State {
+        State {
+            snapshot: None,
+            index: HashMap::new(),
+            segments: Vec::new(),
+            events_since_snapshot: 0,
+            bytes_since_snapshot: 0,
+            recent_frames: VecDeque::new(),
+            seek_points: Vec::new(),
+        }
+    }
+
+    /// Replay indexes a frame one event at a time: the frame's seek point
+    /// and its entry among the recent frames must still end where the
+    /// frame ends (a seek point ending early is refused when checked
+    /// against the frame, and the read falls back to a segment scan).
+    #[test]
+    fn a_frame_indexed_event_by_event_ends_at_its_last_event() {
+        let event = ConversationEntry::new("e", 0, Role::User, Some("hi".into())).recorded_in("c");
+        let mut state = empty_state();
+        let first = Position {
+            segment: 1,
+            offset: 56,
+        };
+        let second = Position {
+            segment: 1,
+            offset: 56 + SEEK_SPAN_BYTES,
+        };
+        for lsn in 1..=3 {
+            state.index_frame(&[(lsn, &event)], first);
+        }
+        for lsn in 4..=5 {
+            state.index_frame(&[(lsn, &event)], second);
+        }
+        assert_eq!(state.seek_points, vec![(4, first), (6, second)]);
+        assert_eq!(state.seek_point(5), Some((4, first)));
+        assert_eq!(state.seek_point(6), Some((6, second)));
+        assert_eq!(state.seek_point(3), None);
+        assert_eq!(state.frame_ending_before(4), Some(first));
+        assert_eq!(state.frame_ending_before(6), Some(second));
+        assert_eq!(state.frame_ending_before(5), None);
     }
 }

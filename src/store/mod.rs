@@ -185,6 +185,9 @@ impl Store {
     /// Read-only access to the underlying log (positions, durability,
     /// readers). Events are appended only through [`Store::append`].
     pub fn log(&self) -> LogView<'_> {
-        LogView { log: &self.log }
+        LogView {
+            log: &self.log,
+            state: &self.state,
+        }
     }
 }

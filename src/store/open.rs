@@ -17,7 +17,9 @@ use super::snapshots::Background;
 use super::{Store, StoreCore, StoreOptions, APPEND_STRIPES};
 use crate::error::{Error, Result};
 use crate::log::format::StoreId;
-use crate::log::{Binding, EventLog, Log, LogCursor, LogOptions, Lsn, RecoveryReport};
+use crate::log::{
+    Binding, EventLog, FrameSummary, Log, LogCursor, LogOptions, Lsn, RecoveryReport,
+};
 use crate::reducer::{ErasedReducer, HostSlot};
 use crate::storage::Storage;
 
@@ -263,6 +265,10 @@ pub(super) fn start_from_snapshot(
     report: &mut OpenReport,
 ) -> Result<Started> {
     let log = backend.log();
+    let reader = backend.reader();
+    let frame_at = reader
+        .as_ref()
+        .map(|reader| move |lsn: Lsn, offset: u64| reader.frame_in_segment_of(lsn, offset));
     let span = LogSpan {
         store_id: log.store_id(),
         first_lsn: log.first_lsn(),
@@ -275,9 +281,24 @@ pub(super) fn start_from_snapshot(
         },
         known_chain,
         binding_at: &|lsn| log.binding_at(lsn),
+        frame_at: frame_at
+            .as_ref()
+            .map(|frame_at| frame_at as &dyn Fn(Lsn, u64) -> Result<FrameSummary>),
     };
     let start = Start::choose(backend.dir(), candidates, &span, hosts, report)?;
-    let mut tail = log.read_from(start.replay_from);
+    // A writer replays from just after the snapshot's last frame when the
+    // snapshot named it and it checked out; otherwise (and a read-only
+    // store, which follows the log with its own cursor) from the start of
+    // the segment holding the LSN.
+    let after = start
+        .chosen
+        .as_ref()
+        .and_then(|loaded| loaded.last_frame)
+        .filter(|frame| start.replay_from == frame.end_lsn && !backend.is_read_only());
+    let mut tail: Box<dyn LogCursor> = match (after, backend.reader()) {
+        (Some(frame), Some(reader)) => Box::new(reader.iter_after(frame)),
+        _ => log.read_from(start.replay_from),
+    };
     let (state, hosts) = start.replay(tail.as_mut(), report)?;
     Ok(Started { state, hosts, tail })
 }
@@ -438,6 +459,8 @@ impl Start {
             segments: Vec::new(),
             events_since_snapshot: 0,
             bytes_since_snapshot: 0,
+            recent_frames: std::collections::VecDeque::new(),
+            seek_points: Vec::new(),
         };
         for record in tail {
             let record = record?;
@@ -496,6 +519,11 @@ pub(super) struct LogSpan<'a> {
     pub(super) known_chain: Option<(Lsn, u32)>,
     /// What the log holds just before an LSN ([`EventLog::binding_at`]).
     pub(super) binding_at: &'a dyn Fn(Lsn) -> Result<Binding>,
+    /// The frame at a byte offset of the segment holding an LSN (the
+    /// segment log's [`LogReader::frame_in_segment_of`](crate::log::LogReader));
+    /// `None` for another log: a snapshot's last frame offset is then not
+    /// used.
+    pub(super) frame_at: Option<&'a dyn Fn(Lsn, u64) -> Result<FrameSummary>>,
 }
 
 /// The snapshot opening starts from: the newest one (of `candidates`,
@@ -510,7 +538,7 @@ pub(super) fn choose_snapshot(
     Vec<(PathBuf, snapshot::SnapshotMismatch)>,
 ) {
     let mut rejected = Vec::new();
-    for loaded in candidates {
+    for mut loaded in candidates {
         // The cheap verdicts first; the chain check reads the log.
         let checked = if loaded.binding.store_id != log.store_id {
             Err(snapshot::SnapshotMismatch::ForeignStore {
@@ -529,6 +557,7 @@ pub(super) fn choose_snapshot(
             })
         } else {
             snapshot::check_binding(&loaded, &log.store_id, log.known_chain, log.binding_at)
+                .and_then(|()| check_last_frame(&mut loaded, log))
         };
         match checked {
             Ok(()) => return (Some(loaded), rejected),
@@ -536,6 +565,42 @@ pub(super) fn choose_snapshot(
         }
     }
     (None, rejected)
+}
+
+/// Checks the last frame a snapshot names (by byte offset) against the
+/// log: a complete frame must start there and end just before the
+/// snapshot's LSN, with the chain value the snapshot carries. Keeps the
+/// frame in the snapshot, where replay starts after it. A snapshot that
+/// names none, or a log that cannot look (not the segment log), passes
+/// without one.
+fn check_last_frame(
+    loaded: &mut LoadedSnapshot,
+    log: &LogSpan<'_>,
+) -> std::result::Result<(), snapshot::SnapshotMismatch> {
+    let (Some(offset), Some(frame_at)) = (loaded.last_frame_offset, log.frame_at) else {
+        return Ok(());
+    };
+    let lsn = loaded.lsn;
+    if lsn <= log.first_lsn {
+        // Compaction deleted the segment holding that frame: the log
+        // starts at the snapshot's LSN, whose segment header carries the
+        // chain value the binding check compared. Replay starts at that
+        // segment's start, which is the snapshot's LSN.
+        return Ok(());
+    }
+    let mismatch = |found: String| snapshot::SnapshotMismatch::LastFrame { lsn, offset, found };
+    let frame = frame_at(lsn - 1, u64::from(offset))
+        .map_err(|error| mismatch(format!("no batch starts there ({error})")))?;
+    if frame.end_lsn != lsn || frame.crc != loaded.binding.chain {
+        return Err(mismatch(format!(
+            "the batch there ends at LSN {} with checksum {:#010x} (the snapshot covers one with checksum {:#010x})",
+            frame.end_lsn - 1,
+            frame.crc,
+            loaded.binding.chain
+        )));
+    }
+    loaded.last_frame = Some(frame);
+    Ok(())
 }
 
 /// The error when the log does not start at LSN 1 and no snapshot usable

@@ -37,9 +37,15 @@ pub const SNAPSHOT_DIR: &str = "snapshots";
 /// Magic bytes at the start of every snapshot file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"CVLOGSNP";
 /// The snapshot format version this build writes (and the newest it
-/// reads): version 3, whose slices hold the `history_curated` bodies of
-/// event codec version 2.
-pub const SNAPSHOT_VERSION: u32 = 3;
+/// reads): version 4, whose header's former reserved field holds the byte
+/// offset of the last frame the snapshot covers (replay starts after it);
+/// its slices hold the `history_curated` bodies of event codec version 2,
+/// as version 3's do.
+pub const SNAPSHOT_VERSION: u32 = 4;
+
+/// The first snapshot format version whose header holds the offset of the
+/// last frame covered (in versions 2 and 3 the field is reserved, 0).
+pub const SNAPSHOT_VERSION_LAST_FRAME: u32 = 4;
 /// The oldest snapshot format version this build reads: version 2, the same
 /// file with curations in their codec version 1 form (decoded with
 /// `prompt_name` and `session_id` `None`).
@@ -51,8 +57,9 @@ const HEADER_BYTES_OFFSET: usize = VERSION_OFFSET + 4;
 const LSN_OFFSET: usize = HEADER_BYTES_OFFSET + 4;
 const STORE_ID_OFFSET: usize = LSN_OFFSET + 8;
 const CHAIN_OFFSET: usize = STORE_ID_OFFSET + STORE_ID_BYTES;
-const RESERVED_OFFSET: usize = CHAIN_OFFSET + 4;
-const DIRECTORY_OFFSET_OFFSET: usize = RESERVED_OFFSET + 4;
+/// Version 4: `last_frame_offset`; versions 2 and 3: reserved (0).
+const LAST_FRAME_OFFSET: usize = CHAIN_OFFSET + 4;
+const DIRECTORY_OFFSET_OFFSET: usize = LAST_FRAME_OFFSET + 4;
 const DIRECTORY_BYTES_OFFSET: usize = DIRECTORY_OFFSET_OFFSET + 8;
 const DIRECTORY_CRC_OFFSET: usize = DIRECTORY_BYTES_OFFSET + 8;
 const HEADER_CRC_OFFSET: usize = DIRECTORY_CRC_OFFSET + 4;
@@ -116,6 +123,15 @@ pub struct LoadedSnapshot {
     pub conversations: HashMap<String, BlobLocation>,
     /// Host reducer name → its encoded slice.
     pub host_slices: HashMap<String, Vec<u8>>,
+    /// Byte offset of the last frame it covers (the one ending at
+    /// `lsn - 1`) in the segment holding LSN `lsn - 1`: where replay can
+    /// start, once checked against the log. `None` when not recorded
+    /// (snapshot versions 2 and 3, a log other than the segment log, or a
+    /// snapshot at LSN 1).
+    pub last_frame_offset: Option<u32>,
+    /// That frame, found in the log where `last_frame_offset` says and
+    /// checked (set when the snapshot is chosen on open).
+    pub(crate) last_frame: Option<crate::log::FrameSummary>,
     file: Box<dyn StorageFile>,
 }
 
@@ -184,11 +200,15 @@ pub fn list(storage: &dyn Storage, dir: &Path) -> Result<Vec<(Lsn, PathBuf)>> {
 
 /// Writes a snapshot durably: blobs from `conversations` (id, encoded
 /// slice), then the directory with the host slices, then the header.
+///
+/// `last_frame_offset`: the byte offset of the frame ending at `lsn - 1` in
+/// its segment, if known (see [`LoadedSnapshot::last_frame_offset`]).
 pub fn write(
     storage: &dyn Storage,
     dir: &Path,
     lsn: Lsn,
     binding: SnapshotBinding,
+    last_frame_offset: Option<u32>,
     conversations: impl Iterator<Item = Result<(String, Vec<u8>)>>,
     host_slices: Vec<(String, Vec<u8>)>,
 ) -> Result<PathBuf> {
@@ -240,7 +260,7 @@ pub fn write(
     buffer.extend_from_slice(&directory_bytes);
     file.write_all_at(&buffer, buffer_offset)
         .map_err(Error::io("write snapshot", &temporary))?;
-    let header = encode_header(lsn, binding, offset, &directory_bytes);
+    let header = encode_header(lsn, binding, last_frame_offset, offset, &directory_bytes);
     file.write_all_at(&header, 0)
         .map_err(Error::io("write snapshot header", &temporary))?;
     file.sync_all()
@@ -257,6 +277,7 @@ pub fn write(
 fn encode_header(
     lsn: Lsn,
     binding: SnapshotBinding,
+    last_frame_offset: Option<u32>,
     directory_offset: u64,
     directory: &[u8],
 ) -> [u8; SNAPSHOT_HEADER_BYTES] {
@@ -267,8 +288,10 @@ fn encode_header(
         .copy_from_slice(&(SNAPSHOT_HEADER_BYTES as u32).to_le_bytes());
     header[LSN_OFFSET..STORE_ID_OFFSET].copy_from_slice(&lsn.to_le_bytes());
     header[STORE_ID_OFFSET..CHAIN_OFFSET].copy_from_slice(&binding.store_id);
-    header[CHAIN_OFFSET..RESERVED_OFFSET].copy_from_slice(&binding.chain.to_le_bytes());
-    // RESERVED_OFFSET..DIRECTORY_OFFSET_OFFSET stays zero.
+    header[CHAIN_OFFSET..LAST_FRAME_OFFSET].copy_from_slice(&binding.chain.to_le_bytes());
+    // 0: not recorded (a frame never starts at offset 0, the segment header's).
+    header[LAST_FRAME_OFFSET..DIRECTORY_OFFSET_OFFSET]
+        .copy_from_slice(&last_frame_offset.unwrap_or(0).to_le_bytes());
     header[DIRECTORY_OFFSET_OFFSET..DIRECTORY_BYTES_OFFSET]
         .copy_from_slice(&directory_offset.to_le_bytes());
     header[DIRECTORY_BYTES_OFFSET..DIRECTORY_CRC_OFFSET]
@@ -322,10 +345,10 @@ pub fn load(storage: &dyn Storage, path: &Path) -> Result<LoadedSnapshot> {
             "header size {header_bytes} is not {SNAPSHOT_HEADER_BYTES}"
         )));
     }
-    let reserved = field_u32(&header, RESERVED_OFFSET);
-    if reserved != 0 {
+    let last_frame_offset = field_u32(&header, LAST_FRAME_OFFSET);
+    if version < SNAPSHOT_VERSION_LAST_FRAME && last_frame_offset != 0 {
         return Err(damaged(format!(
-            "header reserved field is {reserved:#010x}, not 0"
+            "header reserved field is {last_frame_offset:#010x}, not 0"
         )));
     }
     let lsn = field_u64(&header, LSN_OFFSET);
@@ -382,6 +405,8 @@ pub fn load(storage: &dyn Storage, path: &Path) -> Result<LoadedSnapshot> {
         binding,
         conversations,
         host_slices: directory.host_slices.into_iter().collect(),
+        last_frame_offset: (last_frame_offset != 0).then_some(last_frame_offset),
+        last_frame: None,
         file,
     })
 }
@@ -442,6 +467,16 @@ pub enum SnapshotMismatch {
     },
     /// The log could not be read where the check needed it.
     Unreadable(String),
+    /// The place it says its last frame is at does not hold that frame
+    /// (the frame ending just before its LSN, with its chain value).
+    LastFrame {
+        /// The snapshot's LSN.
+        lsn: Lsn,
+        /// The byte offset it names.
+        offset: u32,
+        /// What is there instead.
+        found: String,
+    },
 }
 
 impl SnapshotMismatch {
@@ -483,6 +518,11 @@ impl std::fmt::Display for SnapshotMismatch {
             SnapshotMismatch::BeforeStart { lsn, log_first_lsn } => write!(
                 formatter,
                 "superseded: ends at LSN {lsn}, before the log's first LSN {log_first_lsn}"
+            ),
+            SnapshotMismatch::LastFrame { lsn, offset, found } => write!(
+                formatter,
+                "does not match the log: it says the batch ending at LSN {} starts at byte {offset} of its segment, but {found}",
+                lsn - 1
             ),
             SnapshotMismatch::Unreadable(reason) => {
                 write!(formatter, "cannot be checked against the log: {reason}")

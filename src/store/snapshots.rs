@@ -194,11 +194,19 @@ impl StoreCore {
             });
         let storage = Arc::clone(&self.options.log.storage);
         let binding = self.binding_at(lsn)?;
+        // Where replay can start on open: the offset of the frame ending
+        // just before `lsn` (segment log only; checked on open).
+        let last_frame_offset = self
+            .log
+            .reader()
+            .and_then(|_| self.state.read().frame_ending_before(lsn))
+            .and_then(|position| u32::try_from(position.offset).ok());
         let path = snapshot::write(
             storage.as_ref(),
             self.log.dir(),
             lsn,
             binding,
+            last_frame_offset,
             blobs,
             host_slices,
         )?;

@@ -60,12 +60,14 @@ pub fn verify(dir: impl AsRef<Path>, progress: &mut dyn FnMut(u64)) -> Result<St
             }
         }
     }
+    let frame_reader = LogReader::open(dir)?;
     let span = LogSpan {
         store_id: log.store_id,
         first_lsn: log.first_lsn,
         next_lsn: log.next_lsn,
         known_chain: None,
         binding_at: &|lsn| recovery::chain_before(&storage, dir, lsn).map(Binding::from),
+        frame_at: Some(&|lsn, offset| frame_reader.frame_in_segment_of(lsn, offset)),
     };
     let mut snapshots = Vec::new();
     // Why each snapshot newer than the chosen one was passed over.

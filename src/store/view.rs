@@ -2,7 +2,10 @@
 
 use std::path::Path;
 
+use parking_lot::RwLock;
+
 use super::backend::Backend;
+use super::index::State;
 use crate::log::{Durability, LogCursor, LogReader, Lsn, RecoveryReport};
 
 /// Read-only access to a store's log: positions, durability, readers.
@@ -19,6 +22,8 @@ use crate::log::{Durability, LogCursor, LogReader, Lsn, RecoveryReport};
 #[derive(Clone, Copy)]
 pub struct LogView<'a> {
     pub(super) log: &'a Backend,
+    /// The store's index, whose seek points let a read start near an LSN.
+    pub(super) state: &'a RwLock<State>,
 }
 
 impl std::fmt::Debug for LogView<'_> {
@@ -86,7 +91,23 @@ impl LogView<'_> {
 
     /// The events with LSN `lsn` and above, in LSN order, on whatever log
     /// the store runs on; the cursor follows the log as it grows.
+    ///
+    /// On a writer's segment log, the read starts at the nearest frame the
+    /// store indexed before `lsn` (at most about 64 KiB before it), not at
+    /// the start of the segment holding it.
     pub fn iter_from(&self, lsn: Lsn) -> Box<dyn LogCursor> {
+        let seek = self.state.read().seek_point(lsn);
+        if let (Some((end, position)), Some(reader)) = (seek, self.log.reader()) {
+            if !self.log.is_read_only() && lsn >= self.log.first_lsn() {
+                // The frame is checked where it is; if it cannot be (its
+                // segment was compacted away), read as any reader does.
+                if let Ok(frame) = reader.frame_in_segment_of(end - 1, position.offset) {
+                    if frame.end_lsn == end && frame.position == position {
+                        return Box::new(reader.iter_from_after(lsn, frame));
+                    }
+                }
+            }
+        }
         self.log.log().read_from(lsn)
     }
 }

@@ -1283,6 +1283,10 @@ proptest! {
             let (kept, unfinished) = expected_calls(crashed, pending);
             for provider in Provider::ALL {
                 let request = render(provider, crashed, &options).unwrap();
+                assert_render_json_matches(provider, crashed, &options, &request);
+                let with_reasoning = options.clone().openai_reasoning_content(true);
+                let request_with_reasoning = render(provider, crashed, &with_reasoning).unwrap();
+                assert_render_json_matches(provider, crashed, &with_reasoning, &request_with_reasoning);
                 let body = request.body();
                 if let Err(broken) = rules::check(provider, &request) {
                     prop_assert!(false, "{} {:?}: {}\n{}", provider, pending, broken,
@@ -1295,6 +1299,55 @@ proptest! {
                 prop_assert!(back.is_ok(), "{} cannot read its own request: {:?}", provider, back);
                 let again = render(provider, &back.unwrap(), &options).unwrap();
                 prop_assert_eq!(&again.body(), &body, "{} is not a fixed point", provider);
+            }
+        }
+    }
+}
+
+/// `render_json` writes exactly the bytes of `render`'s message list
+/// serialised, and reports the same system field, unfinished calls and
+/// skipped results.
+fn assert_render_json_matches(
+    provider: Provider,
+    entries: &[ConversationEntry],
+    options: &RenderOptions,
+    request: &RenderedRequest,
+) {
+    let mut out = b"prefix".to_vec();
+    let report = convlog::provider::render_json(provider, entries, options, &mut out).unwrap();
+    let expected = serde_json::to_vec(&Value::Array(request.messages.clone())).unwrap();
+    assert_eq!(
+        &out[..6],
+        b"prefix",
+        "{provider}: appended, not overwritten"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out[6..]),
+        String::from_utf8_lossy(&expected),
+        "{provider}: the written messages differ from the rendered ones"
+    );
+    assert_eq!(report.provider, provider);
+    assert_eq!(report.system, request.system, "{provider}");
+    assert_eq!(
+        report.unfinished_calls, request.unfinished_calls,
+        "{provider}"
+    );
+    assert_eq!(
+        report.skipped_results, request.skipped_results,
+        "{provider}"
+    );
+}
+
+#[test]
+fn render_json_writes_the_rendered_messages_byte_for_byte() {
+    for (_scenario, entries) in scenarios() {
+        for provider in Provider::ALL {
+            for pending in [PendingCalls::Drop, PendingCalls::SyntheticError] {
+                for reasoning_content in [false, true] {
+                    let options = options(pending).openai_reasoning_content(reasoning_content);
+                    let request = render(provider, &entries, &options).expect("renders");
+                    assert_render_json_matches(provider, &entries, &options, &request);
+                }
             }
         }
     }

@@ -368,6 +368,71 @@ pub fn render<'a>(
     })
 }
 
+/// What [`render_json`] reports beside the message list it wrote: the
+/// fields of [`RenderedRequest`] other than `messages`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderedJson {
+    /// The provider rendered for.
+    pub provider: Provider,
+    /// Anthropic `system` or Gemini `system_instruction`, as in
+    /// [`RenderedRequest::system`].
+    pub system: Option<Value>,
+    /// As [`RenderedRequest::unfinished_calls`].
+    pub unfinished_calls: Vec<String>,
+    /// As [`RenderedRequest::skipped_results`].
+    pub skipped_results: Vec<SkippedResult>,
+}
+
+/// Renders like [`render`], but appends the message list to `out` as
+/// compact JSON: exactly the bytes `serde_json::to_vec` gives for
+/// `Value::Array(render(..)?.messages)`, keys sorted as in a
+/// `serde_json::Map`. For a client that sends the list in a request body,
+/// this skips building the value tree (OpenAI Chat is written directly;
+/// the other providers are rendered and serialised). On an error nothing
+/// is written.
+pub fn render_json<'a>(
+    provider: Provider,
+    entries: impl IntoIterator<Item = &'a ConversationEntry>,
+    options: &RenderOptions,
+    out: &mut Vec<u8>,
+) -> crate::Result<RenderedJson> {
+    let entries: Vec<&ConversationEntry> = entries.into_iter().collect();
+    let plan = plan::plan(&entries, options)?;
+    let serialise = |messages: Vec<Value>, out: &mut Vec<u8>| {
+        serde_json::to_writer(out, &messages).expect("writing JSON to a Vec cannot fail")
+    };
+    let system = match provider {
+        Provider::OpenAiChat => {
+            openai::write(&plan, options, out);
+            None
+        }
+        Provider::OpenAiResponses => {
+            serialise(responses::render(&plan, options), out);
+            None
+        }
+        Provider::Anthropic => {
+            let (messages, system) = anthropic::render(&plan, options);
+            serialise(messages, out);
+            system
+        }
+        Provider::Gemini => {
+            let (messages, system) = gemini::render(&plan, options);
+            serialise(messages, out);
+            system
+        }
+        Provider::Ollama => {
+            serialise(ollama::render(&plan, options), out);
+            None
+        }
+    };
+    Ok(RenderedJson {
+        provider,
+        system,
+        unfinished_calls: plan.unfinished_calls,
+        skipped_results: plan.skipped_results,
+    })
+}
+
 /// Converts provider messages to neutral entries, a whole list (or request
 /// body) at a time.
 ///

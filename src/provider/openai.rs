@@ -69,6 +69,95 @@ pub(crate) fn render(plan: &Plan<'_>, options: &RenderOptions) -> Vec<Value> {
     messages
 }
 
+/// The messages `render` builds, written straight to JSON bytes: the same
+/// bytes `serde_json::to_vec(&Value::Array(render(plan, options)))` gives
+/// (keys in the sorted order of `serde_json::Map`), without building the
+/// value tree. Pinned against `render` by tests/providers.rs (the golden
+/// scenarios and the property test over random conversations).
+pub(crate) fn write(plan: &Plan<'_>, options: &RenderOptions, out: &mut Vec<u8>) {
+    let messages: Vec<Message<'_>> = plan
+        .steps
+        .iter()
+        .map(|step| match step {
+            Step::System { text, entry } => Message::Text {
+                content: text,
+                role: system_role(*entry),
+            },
+            Step::User(entry) => Message::Text {
+                content: entry.content.as_deref().unwrap_or_default(),
+                role: "user",
+            },
+            Step::Assistant { entry, kept } => Message::Assistant {
+                content: entry.content.as_deref().filter(|text| has_text(Some(text))),
+                reasoning_content: if options.include_reasoning && options.openai_reasoning_content
+                {
+                    reasoning_text(entry)
+                } else {
+                    None
+                },
+                role: "assistant",
+                tool_calls: entry
+                    .tool_calls
+                    .iter()
+                    .filter(|call| kept.contains(call.call_id.as_str()))
+                    .map(|call| CallOut {
+                        function: FunctionOut {
+                            arguments: &call.arguments,
+                            name: &call.name,
+                        },
+                        id: &call.call_id,
+                        kind: "function",
+                    })
+                    .collect(),
+            },
+            Step::Result(answer) => Message::Tool {
+                content: &answer.content,
+                role: "tool",
+                tool_call_id: &answer.call.call_id,
+            },
+        })
+        .collect();
+    serde_json::to_writer(out, &messages).expect("writing JSON to a Vec cannot fail");
+}
+
+/// One OpenAI Chat message, borrowed; fields in the order `serde_json::Map`
+/// sorts its keys, so the bytes equal the rendered value's.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Message<'a> {
+    Text {
+        content: &'a str,
+        role: &'a str,
+    },
+    Assistant {
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reasoning_content: Option<String>,
+        role: &'static str,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<CallOut<'a>>,
+    },
+    Tool {
+        content: &'a str,
+        role: &'static str,
+        tool_call_id: &'a str,
+    },
+}
+
+#[derive(serde::Serialize)]
+struct CallOut<'a> {
+    function: FunctionOut<'a>,
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(serde::Serialize)]
+struct FunctionOut<'a> {
+    arguments: &'a str,
+    name: &'a str,
+}
+
 /// `system`, or the OpenAI role recorded in metadata (`developer`).
 pub(crate) fn system_role(entry: Option<&ConversationEntry>) -> &str {
     entry

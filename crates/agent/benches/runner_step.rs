@@ -31,7 +31,8 @@
 //! Run with `cargo bench -p convlog-agent --bench runner_step`.
 //! Environment: `CONVLOG_BENCH_ROUNDS` (default 5), `CONVLOG_BENCH_RUNS`
 //! (runs per variant, case and round; default 20),
-//! `CONVLOG_BENCH_LENGTHS` (default `10,50,200`), `CONVLOG_BENCH_DIR`
+//! `CONVLOG_BENCH_LENGTHS` (default `10,50,200`), `CONVLOG_BENCH_SUB_STEPS`
+//! (0 skips the sub-steps section, e.g. under a profiler), `CONVLOG_BENCH_DIR`
 //! (scratch, default `target/bench-tmp`), `CONVLOG_BENCH_ONLY`
 //! (comma-separated subset of the variant names with `-` for spaces, e.g.
 //! `local-convlog-none`; default all).
@@ -45,11 +46,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use convlog::{
-    ConversationEntry, Durability, Provider, RenderOptions, Role, Store, StoreOptions, Timestamp,
-};
+use convlog::{ConversationEntry, Durability, Provider, RenderOptions, Role, Store, StoreOptions};
 use convlog_agent::client::{
-    BoxFuture, DeltaSink, ModelClient, ModelError, ModelErrorKind, ModelReply, ModelRequest, Usage,
+    BoxFuture, DeltaSink, ModelClient, ModelError, ModelReply, ModelRequest,
 };
 use convlog_agent::tools::FunctionTool;
 use convlog_agent::{
@@ -168,63 +167,24 @@ fn canned_response(final_answer: bool) -> String {
     reply
 }
 
-fn malformed(reason: impl Into<String>) -> ModelError {
-    ModelError {
-        kind: ModelErrorKind::Malformed(reason.into()),
-        attempts: 1,
-        url: "in-process".into(),
-    }
+/// The OpenAI Chat client configuration the local model builds bodies
+/// with (as `HttpClient` would).
+fn local_config() -> &'static ClientConfig {
+    static CONFIG: std::sync::OnceLock<ClientConfig> = std::sync::OnceLock::new();
+    CONFIG.get_or_init(|| ClientConfig::new(ApiKind::OpenAiChat, MODEL))
 }
 
-/// The request body as `HttpClient` builds it for OpenAI Chat, as bytes.
+/// The request body as `HttpClient` builds it for OpenAI Chat, as bytes
+/// (the same function).
 fn request_body(request: &ModelRequest<'_>) -> Result<Vec<u8>, ModelError> {
-    let rendered = convlog::render(Provider::OpenAiChat, request.entries, request.render)
-        .map_err(|error| malformed(error.to_string()))?;
-    let tools: Vec<Value> = request
-        .tools
-        .iter()
-        .map(|spec| {
-            json!({"type": "function", "function": {
-                "name": spec.name, "description": spec.description, "parameters": spec.parameters
-            }})
-        })
-        .collect();
-    // Built as the OpenAI Chat wire builds it: the rendered messages moved
-    // in, not copied (`json!` would serialise them into a new tree).
-    let mut body = serde_json::Map::new();
-    body.insert("model".into(), json!(MODEL));
-    body.insert("messages".into(), Value::Array(rendered.messages));
-    body.insert("tools".into(), Value::Array(tools));
-    body.insert("stream".into(), Value::Bool(false));
-    serde_json::to_vec(&Value::Object(body)).map_err(|error| malformed(error.to_string()))
+    convlog_agent::client::request_body(local_config(), request, false)
 }
 
-/// A completion's bytes read as `HttpClient` reads them: parsed, the
-/// message of `choices[0]` through `convlog::ingest`.
+/// A completion's bytes read as `HttpClient` reads them (the same
+/// function): parsed, the message of `choices[0]` through
+/// `convlog::ingest`.
 fn read_reply(bytes: &[u8]) -> Result<ModelReply, ModelError> {
-    let body: Value = serde_json::from_slice(bytes).map_err(|e| malformed(e.to_string()))?;
-    let choice = &body["choices"][0];
-    let entries = convlog::ingest(
-        Provider::OpenAiChat,
-        &json!([choice["message"].clone()]),
-        "",
-        0,
-        Timestamp::now(),
-    )
-    .map_err(|error| malformed(error.to_string()))?;
-    let mut entry = entries
-        .into_iter()
-        .next()
-        .ok_or_else(|| malformed("no entry"))?;
-    entry.finish_reason = choice["finish_reason"].as_str().map(str::to_string);
-    let usage = Usage {
-        input_tokens: body["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
-        output_tokens: body["usage"]["completion_tokens"].as_u64().unwrap_or(0),
-    };
-    Ok(ModelReply {
-        entry,
-        usage: Some(usage),
-    })
+    convlog_agent::client::read_reply(&ApiKind::OpenAiChat, bytes)
 }
 
 /// Time spent in the local model's CPU work, summed.
@@ -823,6 +783,9 @@ fn sub_steps(
     tools: &Toolset,
 ) -> BenchResult<()> {
     const SAMPLES: usize = 500;
+    if env_number("CONVLOG_BENCH_SUB_STEPS", 1) == 0 {
+        return Ok(());
+    }
     println!();
     println!("## sub-steps alone (median of {SAMPLES}, µs)");
     println!();

@@ -703,6 +703,83 @@ async fn failing_panicking_and_hanging_tools_fail_their_calls_and_the_loop_goes_
     }
 }
 
+/// Records the tokio task each call of `weather` ran in, then behaves as
+/// [`Unruly`].
+struct TaskNoting(Mutex<Vec<Option<tokio::task::Id>>>);
+
+impl convlog_agent::Tool for TaskNoting {
+    fn spec(&self) -> convlog_agent::ToolSpec {
+        Unruly.spec()
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: &'a str,
+        context: &'a convlog_agent::ToolContext,
+    ) -> convlog_agent::client::BoxFuture<'a, Result<String, convlog_agent::ToolError>> {
+        self.0.lock().unwrap().push(tokio::task::try_id());
+        Box::pin(async move { Unruly.call(arguments, context).await })
+    }
+}
+
+/// A call that runs alone runs in the runner's own task (no task per
+/// call), with the same timeout and panic isolation as calls run side by
+/// side (the test above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_call_runs_in_the_runners_task_and_still_times_out_and_survives_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let client = ScriptedClient::new(weather_script(&[
+        &["fail"],
+        &["panic"],
+        &["hang"],
+        &["ok"],
+        &["ok", "ok2"],
+    ]));
+    let tool = Arc::new(TaskNoting(Mutex::new(Vec::new())));
+    let mut tools = Toolset::new().timeout(std::time::Duration::from_millis(20));
+    tools.insert(Arc::clone(&tool) as Arc<dyn convlog_agent::Tool>);
+    let runner = Runner::new(Arc::clone(&store), client.clone(), tools, options());
+    let run = tokio::spawn(async move {
+        let outcome = runner.run(CONVERSATION, "Go").await;
+        (outcome, tokio::task::id())
+    });
+    let (outcome, runner_task) = run.await.unwrap();
+    let outcome = outcome.unwrap();
+    assert_eq!(outcome.stop, StopReason::Final);
+    let results: Vec<(bool, String)> = outcome
+        .entries
+        .iter()
+        .filter(|entry| entry.role == Role::Tool)
+        .map(|entry| (entry.is_error, entry.content.clone().unwrap()))
+        .collect();
+    assert_eq!(
+        results,
+        [
+            (true, "station offline".to_string()),
+            (true, "tool `weather` panicked: sensor exploded".to_string()),
+            (true, "tool `weather` timed out after 0.02 s".to_string()),
+            (false, "fine".to_string()),
+            (false, "fine".to_string()),
+            (false, "fine".to_string()),
+        ]
+    );
+    let tasks = tool.0.lock().unwrap().clone();
+    assert_eq!(tasks.len(), 6);
+    assert!(
+        tasks[..4].iter().all(|task| *task == Some(runner_task)),
+        "lone calls run in the runner's task: {tasks:?}, runner {runner_task:?}"
+    );
+    assert!(
+        tasks[4..]
+            .iter()
+            .all(|task| task.is_some() && *task != Some(runner_task)),
+        "calls side by side run in tasks of their own: {tasks:?}"
+    );
+    let slice = store.conversation(CONVERSATION).unwrap();
+    assert!(slice.anomalies().is_empty(), "results and statuses agree");
+}
+
 #[tokio::test]
 async fn without_a_system_prompt_the_evaluation_still_starts_with_a_system_entry() {
     let dir = tempfile::tempdir().unwrap();

@@ -101,14 +101,8 @@ impl HttpClient {
             .map_err(|reason| error(ModelErrorKind::Request(reason.clone()), 0))?;
         let body = self
             .wire
-            .body(&self.config, &request, stream)
+            .body_bytes(&self.config, &request, stream)
             .map_err(|wire_error| error(wire_error.kind, 0))?;
-        let body = serde_json::to_vec(&body).map_err(|json| {
-            error(
-                ModelErrorKind::Request(format!("the body cannot be written: {json}")),
-                0,
-            )
-        })?;
         let headers = self
             .headers()
             .map_err(|reason| error(ModelErrorKind::Request(reason), 0))?;
@@ -193,22 +187,18 @@ impl HttpClient {
                     Ok(Err(error)) => return Err(Failure::from_reqwest(&error)),
                     Ok(Ok(bytes)) => bytes,
                 };
-                let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|error| {
-                    Failure::last(ModelErrorKind::Malformed(format!(
-                        "the body is not JSON ({error}): {}",
-                        excerpt(&bytes)
-                    )))
-                })?;
-                self.wire.parse(&value).map_err(|error| match error.kind {
-                    // A provider error in a 2xx body: the body as sent.
-                    ModelErrorKind::Status { status: 0, .. } => {
-                        Failure::last(ModelErrorKind::Status {
-                            status,
-                            body: String::from_utf8_lossy(&bytes).into_owned(),
-                        })
-                    }
-                    _ => Failure::from_wire(error, status),
-                })
+                self.wire
+                    .parse_bytes(&bytes)
+                    .map_err(|error| match error.kind {
+                        // A provider error in a 2xx body: the body as sent.
+                        ModelErrorKind::Status { status: 0, .. } => {
+                            Failure::last(ModelErrorKind::Status {
+                                status,
+                                body: String::from_utf8_lossy(&bytes).into_owned(),
+                            })
+                        }
+                        _ => Failure::from_wire(error, status),
+                    })
             }
         }
     }
@@ -353,7 +343,7 @@ fn chain(error: &dyn std::error::Error) -> String {
 }
 
 /// The start of a body, for error messages.
-fn excerpt(bytes: &[u8]) -> String {
+pub(crate) fn excerpt(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     match text.char_indices().nth(BODY_EXCERPT_CHARS) {
         Some((cut, _)) => format!("{}... ({} bytes)", &text[..cut], bytes.len()),

@@ -32,6 +32,25 @@ mod wire_support;
 
 pub use http::HttpClient;
 
+/// The request body [`HttpClient`] sends for `request` under `config`, as
+/// the bytes sent (`stream` asks for a streamed answer). For a host that
+/// sends requests its own way, and for measuring a client's CPU work.
+pub fn request_body(
+    config: &ClientConfig,
+    request: &ModelRequest<'_>,
+    stream: bool,
+) -> Result<Vec<u8>, ModelError> {
+    wire::wire_for(&config.api).body_bytes(config, request, stream)
+}
+
+/// A whole (non-streamed) answer of `api` read as [`HttpClient`] reads a
+/// 2xx body: one assistant entry (placeholder evaluation id and sequence),
+/// its finish reason and usage. A provider error inside the body is a
+/// [`ModelErrorKind::Status`] with status 0.
+pub fn read_reply(api: &ApiKind, body: &[u8]) -> Result<ModelReply, ModelError> {
+    wire::wire_for(api).parse_bytes(body)
+}
+
 /// A boxed future that can move between threads.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

@@ -3,7 +3,7 @@
 //! assistant entry through convlog's mappers, and usage counts.
 
 use convlog::{ConversationEntry, Provider, Role, Timestamp};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{ModelError, ModelErrorKind, ModelReply, Usage};
 
@@ -61,7 +61,8 @@ pub(crate) fn assistant_reply(
 ) -> Result<ModelReply, ModelError> {
     let mut entries = convlog::ingest(
         provider,
-        &json!([message]),
+        // Moved in: `json!([message])` would copy it through `to_value`.
+        &Value::Array(vec![message]),
         PLACEHOLDER_EVALUATION_ID,
         0,
         Timestamp::now(),

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use super::reply::{malformed, request_error};
 use super::{ClientConfig, ModelError, ModelReply, ModelRequest, StreamDelta};
 
 /// One unit of a streamed response body.
@@ -48,8 +49,35 @@ pub(crate) trait Wire: Send + Sync {
         stream: bool,
     ) -> Result<Value, ModelError>;
 
+    /// The request body as the bytes sent: by default [`Wire::body`]
+    /// serialised; a format may write them directly (the same bytes) to
+    /// skip building the value tree.
+    fn body_bytes(
+        &self,
+        config: &ClientConfig,
+        request: &ModelRequest<'_>,
+        stream: bool,
+    ) -> Result<Vec<u8>, ModelError> {
+        let body = self.body(config, request, stream)?;
+        serde_json::to_vec(&body)
+            .map_err(|json| request_error(format!("the body cannot be written: {json}")))
+    }
+
     /// Reads a whole (non-streamed) response body.
     fn parse(&self, body: &Value) -> Result<ModelReply, ModelError>;
+
+    /// Reads a whole (non-streamed) response body from its bytes: by
+    /// default parsed as JSON and read by [`Wire::parse`]; a format may
+    /// read them directly (the same reply) to skip building the value tree.
+    fn parse_bytes(&self, bytes: &[u8]) -> Result<ModelReply, ModelError> {
+        let value: Value = serde_json::from_slice(bytes).map_err(|error| {
+            malformed(format!(
+                "the body is not JSON ({error}): {}",
+                super::http::excerpt(bytes)
+            ))
+        })?;
+        self.parse(&value)
+    }
 
     /// How a streamed body is framed.
     fn framing(&self) -> Framing;

@@ -146,9 +146,11 @@ impl<'r> Evaluation<'r> {
             .extend(entries.iter().map(|entry| entry.message_id));
     }
 
-    fn notify(&self, event: RunEvent) {
+    /// Hands the event `event` builds to the observer, if there is one
+    /// (built only then: an event clones what it reports).
+    fn notify(&self, event: impl FnOnce() -> RunEvent) {
         if let Some(observer) = self.observer {
-            observer(&event);
+            observer(&event());
         }
     }
 
@@ -416,9 +418,12 @@ impl<'r> Evaluation<'r> {
         };
         let entry = self.place(reply.entry, state)?;
         let id = entry.message_id;
-        self.append(vec![runner.recorded(&self.conversation_id, entry.clone())])
+        let noticed = self.observer.is_some().then(|| entry.clone());
+        self.append(vec![runner.recorded(&self.conversation_id, entry)])
             .await?;
-        self.notify(RunEvent::AssistantRecorded(entry));
+        if let Some(entry) = noticed {
+            self.notify(|| RunEvent::AssistantRecorded(entry));
+        }
         Ok((id, reply.usage))
     }
 
@@ -492,12 +497,12 @@ impl<'r> Evaluation<'r> {
         calls: &[(&ConversationEntry, &ToolCall)],
     ) -> Result<Vec<Uuid>, RunError> {
         if let [(assistant, call)] = calls {
-            // One call: nothing to run beside it.
-            return Ok(vec![self.run_call(assistant, call).await?]);
+            // One call: nothing to run beside it, so it runs in this task.
+            return Ok(vec![self.run_call(assistant, call, Alone::Yes).await?]);
         }
         let mut running: FuturesUnordered<_> = calls
             .iter()
-            .map(|(assistant, call)| self.run_call(assistant, call))
+            .map(|(assistant, call)| self.run_call(assistant, call, Alone::No))
             .collect();
         let mut finished = Vec::new();
         while let Some(result) = running.next().await {
@@ -512,6 +517,7 @@ impl<'r> Evaluation<'r> {
         &self,
         assistant: &ConversationEntry,
         call: &ToolCall,
+        alone: Alone,
     ) -> Result<Uuid, RunError> {
         let resumed = call.status == ToolStatus::Running;
         let mut running = ToolStatusChanged::new(
@@ -523,7 +529,7 @@ impl<'r> Evaluation<'r> {
         );
         running.resumed = resumed;
         self.append(vec![Event::ToolStatus(running)]).await?;
-        self.notify(RunEvent::ToolStarted {
+        self.notify(|| RunEvent::ToolStarted {
             call: call.clone(),
             resumed,
         });
@@ -533,19 +539,23 @@ impl<'r> Evaluation<'r> {
             &call.call_id,
             resumed,
         );
-        let output = self
-            .runner
-            .tools
-            .call(&call.name, &call.arguments, &context)
-            .await;
+        let tools = &self.runner.tools;
+        let output = match alone {
+            Alone::Yes => tools.call_inline(&call.name, &call.arguments, &context),
+            Alone::No => tools.call(&call.name, &call.arguments, &context),
+        }
+        .await;
         let (entry, status) = result_batch(&self.conversation_id, assistant, call, output);
         let id = entry.message_id;
+        let noticed = self.observer.is_some().then(|| entry.clone());
         self.append(vec![
-            self.runner.recorded(&self.conversation_id, entry.clone()),
+            self.runner.recorded(&self.conversation_id, entry),
             status,
         ])
         .await?;
-        self.notify(RunEvent::ToolFinished(entry));
+        if let Some(entry) = noticed {
+            self.notify(|| RunEvent::ToolFinished(entry));
+        }
         Ok(id)
     }
 
@@ -571,6 +581,15 @@ impl<'r> Evaluation<'r> {
             usage: self.usage,
         })
     }
+}
+
+/// Whether a tool call runs alone (in the runner's task) or beside others
+/// of the same assistant message (each in a task of its own, so they run
+/// in parallel).
+#[derive(Clone, Copy)]
+enum Alone {
+    Yes,
+    No,
 }
 
 /// The result entry of `call` (held by `assistant`) and its final status,

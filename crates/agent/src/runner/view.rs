@@ -104,14 +104,12 @@ fn system_entries(slice: &ConversationSlice, evaluation_id: &str) -> Vec<Convers
 
 /// The evaluation's non-system entries, without dangling calls.
 fn own_entries(slice: &ConversationSlice, evaluation_id: &str) -> Vec<ConversationEntry> {
-    answered_only(
-        slice
-            .evaluation(evaluation_id)
-            .into_iter()
-            .filter(|entry| entry.role != Role::System)
-            .cloned()
-            .collect(),
-    )
+    let own: Vec<&ConversationEntry> = slice
+        .evaluation(evaluation_id)
+        .into_iter()
+        .filter(|entry| entry.role != Role::System)
+        .collect();
+    answered_only_of(&own)
 }
 
 /// The non-system entries of the evaluations that started before this one
@@ -123,15 +121,13 @@ fn earlier_entries(slice: &ConversationSlice, evaluation_id: &str) -> Vec<Conver
         .map(String::as_str)
         .take_while(|evaluation| *evaluation != evaluation_id)
         .collect();
-    answered_only(
-        slice
-            .entries()
-            .filter(|entry| {
-                entry.role != Role::System && earlier.contains(entry.evaluation_id.as_str())
-            })
-            .cloned()
-            .collect(),
-    )
+    let entries: Vec<&ConversationEntry> = slice
+        .entries()
+        .filter(|entry| {
+            entry.role != Role::System && earlier.contains(entry.evaluation_id.as_str())
+        })
+        .collect();
+    answered_only_of(&entries)
 }
 
 /// This evaluation's system entries, then the non-system entries of the
@@ -151,6 +147,56 @@ pub(super) fn model_view(slice: &ConversationSlice, evaluation_id: &str) -> Vec<
 /// reasoning or call is dropped), and a tool entry that does not answer a
 /// call still shown (an orphan, or a duplicate answer) is dropped.
 pub(super) fn answered_only(entries: Vec<ConversationEntry>) -> Vec<ConversationEntry> {
+    let entries: Vec<&ConversationEntry> = entries.iter().collect();
+    answered_only_of(&entries)
+}
+
+/// [`answered_only`] of borrowed entries: only what is shown is cloned.
+/// A call is kept when a result answers it ([`CallResults::answer_at`],
+/// keyed by evaluation and call id), and a tool entry when it is the
+/// answer of a call held by an assistant entry of the list.
+fn answered_only_of(entries: &[&ConversationEntry]) -> Vec<ConversationEntry> {
+    let results = CallResults::new(entries.iter().copied());
+    let mut answering = vec![false; entries.len()];
+    for entry in entries.iter().filter(|entry| entry.role == Role::Assistant) {
+        for call in &entry.tool_calls {
+            if let Some((position, _)) = results.answer_at(&entry.evaluation_id, &call.call_id) {
+                answering[position] = true;
+            }
+        }
+    }
+    let mut shown = Vec::with_capacity(entries.len());
+    for (entry, answering) in entries.iter().zip(answering) {
+        match entry.role {
+            Role::Tool if !answering => {}
+            Role::Assistant => {
+                let answered = |call: &&convlog::model::ToolCall| {
+                    results
+                        .answer_at(&entry.evaluation_id, &call.call_id)
+                        .is_some()
+                };
+                let empty = !entry.tool_calls.iter().any(|call| answered(&call))
+                    && entry.reasoning.is_none()
+                    && entry.content.as_deref().is_none_or(str::is_empty);
+                if empty {
+                    continue;
+                }
+                let mut entry = (*entry).clone();
+                if !entry.tool_calls.iter().all(|call| answered(&call)) {
+                    entry.tool_calls.retain(|call| answered(&call));
+                }
+                shown.push(entry);
+            }
+            _ => shown.push((*entry).clone()),
+        }
+    }
+    shown
+}
+
+/// The former [`answered_only`], kept as the reference the new one is
+/// checked against.
+#[cfg(test)]
+fn answered_only_reference(entries: Vec<ConversationEntry>) -> Vec<ConversationEntry> {
     let answering: HashSet<uuid::Uuid> = {
         let results = CallResults::new(&entries);
         entries
@@ -198,7 +244,7 @@ mod tests {
     use convlog::resume::ResumeState;
     use convlog::ConversationSlice;
 
-    use super::{model_view, ModelView};
+    use super::{answered_only, answered_only_reference, model_view, ModelView};
     use convlog::resume::EvaluationState;
 
     const CONVERSATION: &str = "c";
@@ -256,6 +302,45 @@ mod tests {
                 .with_turn(2)
                 .recorded_in(CONVERSATION),
         ]
+    }
+
+    /// The borrowed filter keeps exactly what the former one kept, on
+    /// every prefix of a history with unanswered, twice answered, orphan,
+    /// early and cross-evaluation results.
+    #[test]
+    fn answered_only_matches_the_former_filter_on_every_prefix() {
+        let mut events = earlier();
+        events.extend(own_steps());
+        let mut extra = ConversationEntry::tool_result("ev-c", 9, "a2", "lookup", "other ev");
+        extra.turn = 1;
+        events.push(extra.recorded_in(CONVERSATION));
+        let early = ConversationEntry::tool_result("ev-e", 1, "e1", "lookup", "before its call");
+        events.push(early.recorded_in(CONVERSATION));
+        let mut caller = ConversationEntry::assistant_calling(
+            "ev-e",
+            2,
+            [
+                ToolCall::new("e1", "lookup", "{}"),
+                ToolCall::new("e2", "lookup", "{}"),
+            ],
+        );
+        caller.content = Some(String::new());
+        events.push(caller.recorded_in(CONVERSATION));
+        let entries: Vec<ConversationEntry> = events
+            .iter()
+            .filter_map(|event| match event {
+                Event::ConversationRecorded(recorded) => Some(recorded.entry.clone()),
+                _ => None,
+            })
+            .collect();
+        for end in 0..=entries.len() {
+            let prefix = entries[..end].to_vec();
+            assert_eq!(
+                answered_only(prefix.clone()),
+                answered_only_reference(prefix),
+                "prefix of {end}"
+            );
+        }
     }
 
     /// The view kept step by step equals the view built whole at every

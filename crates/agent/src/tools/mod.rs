@@ -283,12 +283,47 @@ impl Toolset {
                 Ok(Err(_cancelled)) => Err(ToolError(format!(
                     "tool `{name}` was cancelled (the runtime is shutting down)"
                 ))),
-                Err(_elapsed) => Err(ToolError(format!(
-                    "tool `{name}` timed out after {} s",
-                    self.timeout.as_secs_f64()
-                ))),
+                Err(_elapsed) => Err(self.timed_out(name)),
             }
         })
+    }
+
+    /// Runs the tool called `name` like [`Toolset::call`], but in the
+    /// caller's task rather than a task of its own: for a call that runs
+    /// alone, where a task would only add a hand-off between threads. The
+    /// per-call timeout, the panic isolation (a panic is caught and becomes
+    /// the same [`ToolError`]) and cancellation on drop are the same. What
+    /// differs: a tool that blocks its thread instead of awaiting holds the
+    /// caller's thread too, so its timeout can fire only when it yields
+    /// (a result it returns without yielding is kept, however late).
+    pub(crate) fn call_inline<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: &'a str,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<String, ToolError>> {
+        use futures_util::FutureExt;
+        Box::pin(async move {
+            let Some(tool) = self.tools.get(name) else {
+                return Err(self.unknown_tool(name));
+            };
+            let call = std::panic::AssertUnwindSafe(tool.call(arguments, context)).catch_unwind();
+            match tokio::time::timeout(self.timeout, call).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(panic)) => Err(ToolError(format!(
+                    "tool `{name}` panicked: {}",
+                    panic_message(panic)
+                ))),
+                Err(_elapsed) => Err(self.timed_out(name)),
+            }
+        })
+    }
+
+    fn timed_out(&self, name: &str) -> ToolError {
+        ToolError(format!(
+            "tool `{name}` timed out after {} s",
+            self.timeout.as_secs_f64()
+        ))
     }
 
     /// Runs several calls at once (the parallel tool calls of one

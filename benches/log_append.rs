@@ -716,8 +716,7 @@ fn bench_one_writer(duration: Duration) -> BenchResult<()> {
                     } else {
                         Durability::Group
                     };
-                    let run =
-                        run_log("one", log_options(durability, false), 1, duration, &pool, 1)?;
+                    let run = run_log("one", log_options(durability), 1, duration, &pool, 1)?;
                     if which == 0 {
                         sync_fsyncs = run.stats.syncs as f64 / run.measured.ops.max(1) as f64;
                     }

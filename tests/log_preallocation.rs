@@ -19,22 +19,34 @@ fn payload(index: usize) -> Vec<u8> {
     format!("event {index} ").repeat(1 + index % 5).into_bytes()
 }
 
+/// What a writer killed mid-run leaves: the active segment with space
+/// allocated past its last frame (zeros), as a clean close no longer does.
+fn leave_allocated_space(segment: &Path) {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(segment)
+        .unwrap();
+    file.set_len(1 << 20).unwrap();
+}
+
 #[test]
 fn a_reopened_log_writes_on_into_its_preallocated_space() {
     let dir = tempfile::tempdir().unwrap();
+    let segment;
     {
         let log = Log::open(dir.path(), LogOptions::default()).unwrap();
         for index in 0..10 {
             log.append_with(&[payload(index)], Durability::Sync)
                 .unwrap();
         }
+        segment = segment_paths(dir.path())[0].clone();
+        assert!(
+            std::fs::metadata(&segment).unwrap().len() > data_end(&segment),
+            "space is allocated ahead of the frames while the log is open"
+        );
     }
-    let segment = segment_paths(dir.path())[0].clone();
     let end = data_end(&segment);
-    assert!(
-        std::fs::metadata(&segment).unwrap().len() > end,
-        "space is allocated ahead of the frames"
-    );
+    leave_allocated_space(&segment);
     // A directory reader stops at the frames' end, quietly.
     assert_eq!(read_all(dir.path()).len(), 10);
     let report = convlog::log::verify(dir.path()).unwrap();
@@ -51,6 +63,26 @@ fn a_reopened_log_writes_on_into_its_preallocated_space() {
     assert_eq!(records.len(), 11);
     assert_eq!(records[10].payload, b"after the reopen");
     assert_eq!(records[10].position.offset, end);
+}
+
+#[test]
+fn a_clean_close_gives_the_allocated_space_back() {
+    let dir = tempfile::tempdir().unwrap();
+    for durability in [Durability::Sync, Durability::Group, Durability::None] {
+        {
+            let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+            log.append_with(&[payload(1)], durability).unwrap();
+            let segment = segment_paths(dir.path())[0].clone();
+            assert!(std::fs::metadata(&segment).unwrap().len() > data_end(&segment));
+        }
+        let segment = segment_paths(dir.path())[0].clone();
+        assert_eq!(
+            std::fs::metadata(&segment).unwrap().len(),
+            data_end(&segment),
+            "a closed store takes the room of its frames ({durability:?})"
+        );
+    }
+    assert_eq!(read_all(dir.path()).len(), 3);
 }
 
 #[test]
@@ -92,6 +124,7 @@ fn a_segment_sealed_after_a_poisoned_writer_ends_at_its_last_frame() {
     // and the segment with its preallocated space.
     std::fs::write(dir.path().join(POISONED_MARKER), b"").unwrap();
     let first = segment_paths(dir.path())[0].clone();
+    leave_allocated_space(&first);
     assert!(std::fs::metadata(&first).unwrap().len() > data_end(&first));
     {
         let log = Log::open(dir.path(), LogOptions::default()).unwrap();

@@ -687,8 +687,13 @@ impl Drop for Log {
         }
         if !self.writer.is_poisoned() {
             // Best effort: appends under None or Periodic become durable on a
-            // clean close. Errors here have no one left to report to.
-            let _ = self.writer.sync();
+            // clean close, and the space allocated ahead of the frames is
+            // given back. Errors here have no one left to report to.
+            if self.writer.sync().is_ok() {
+                if let Err(error) = self.writer.release_unused_space() {
+                    tracing::warn!(error = %error, "could not cut the active segment's unused space on close");
+                }
+            }
         }
     }
 }

@@ -318,6 +318,27 @@ impl Writer {
         result
     }
 
+    /// On a clean close, after [`Writer::sync`]: cuts the space allocated
+    /// past the active segment's last frame, so a closed store takes the
+    /// room of its frames only (the next open allocates again). Skipped
+    /// unless every written frame is durable; a crash during the cut leaves
+    /// the file at its old length or at its data's end, both of which
+    /// recovery reads (`docs/format.md` 5.7).
+    pub(crate) fn release_unused_space(&self) -> Result<()> {
+        let mut state = self.state.lock();
+        while state.writing || state.syncing {
+            self.park(&mut state, WaitFor::Idle);
+        }
+        self.check_poison(&state)?;
+        if !state.pending.is_empty() || state.durable_lsn < state.written_lsn {
+            return Ok(());
+        }
+        segment::trim_to_data(state.active_file.as_ref(), state.written_bytes).map_err(Error::io(
+            "cut the preallocated space of",
+            &state.active_path,
+        ))
+    }
+
     /// Whether a frame of `frame_bytes` must go into a new segment: it would
     /// grow a non-empty active segment past `segment_bytes_max`.
     fn needs_roll(&self, state: &State, frame_bytes: u64) -> bool {

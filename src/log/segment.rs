@@ -27,12 +27,13 @@ pub const PREALLOCATION_STEP_BYTES: u64 = 1 << 20;
 /// Under `Durability::None` and `Periodic`, the writer starts the
 /// writeback of the active segment's written bytes whenever this many have
 /// accumulated since the last start (or a quarter of
-/// `LogOptions::segment_bytes_max`, if smaller), so that the fdatasync that
-/// seals a full segment finds little left to write instead of the whole
-/// segment, under the writer's mutex.
+/// `LogOptions::segment_bytes_max`, if smaller), up to one step behind the
+/// last write, so that the fdatasync that seals a full segment finds at
+/// most two steps left to write instead of the whole segment, under the
+/// writer's mutex.
 pub const WRITEBACK_STEP_BYTES: u64 = 4 << 20;
-/// Writeback is started up to a multiple of this (a page), never into the
-/// page the next frame goes on writing.
+/// Writeback is started up to a multiple of this (a page), one step behind
+/// the last write.
 pub const WRITEBACK_ALIGN_BYTES: u64 = 4096;
 
 /// The writeback step for segments of at most `segment_bytes_max` bytes

@@ -491,13 +491,16 @@ impl Writer {
     /// Under `None` and `Periodic`: the range of the active segment whose
     /// writeback a write ending at `end` should start, if a step's worth
     /// has accumulated past what was started or fsynced before (marked as
-    /// started). Ends on an alignment boundary, so the page the next frame
-    /// goes on writing into is left alone.
+    /// started). It ends a step behind `end`, on an alignment boundary, so
+    /// that no page (or larger page-cache folio) the next frames go on
+    /// writing into is written back half-filled, then dirtied and written
+    /// again.
     fn writeback_range(&self, state: &mut State, end: u64) -> Option<(u64, u64)> {
         let step = segment::writeback_step(self.options.segment_bytes_max);
         let from = state.writeback_from.max(state.durable_bytes);
         let align = segment::WRITEBACK_ALIGN_BYTES.min(step);
-        let to = end - end % align;
+        let behind = end.saturating_sub(step);
+        let to = behind - behind % align;
         if to < from + step {
             return None;
         }

@@ -23,6 +23,26 @@ fn kill_payload(batch: &str, index: usize, size: usize) -> Vec<u8> {
         .into_bytes()
 }
 
+/// Opens the log at `dir`, waiting while it is `Locked`: a store lock this
+/// test process held a moment ago (`check_recovered_log`) can outlive the
+/// handle briefly, in a child that another test thread forked and that has
+/// not yet reached `exec` (which closes the inherited descriptor).
+fn open_when_unlocked(dir: &std::path::Path, options: LogOptions) -> Log {
+    let mut attempts = 0;
+    loop {
+        match Log::open(dir, options.clone()) {
+            Err(Error::Locked { .. }) if attempts < OPEN_LOCKED_ATTEMPTS => {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            result => return result.unwrap(),
+        }
+    }
+}
+
+/// How often `open_when_unlocked` tries (10 ms apart).
+const OPEN_LOCKED_ATTEMPTS: u32 = 1000;
+
 fn store_from_env() -> PathBuf {
     PathBuf::from(std::env::var("CONVLOG_TEST_STORE").unwrap())
 }
@@ -31,7 +51,7 @@ fn store_from_env() -> PathBuf {
 /// `ACK <first_lsn> <batch id> <size>` after each acknowledgement.
 fn run_appender() {
     let options = LogOptions::new().segment_bytes_max(64 * 1024);
-    let log = Arc::new(Log::open(store_from_env(), options).unwrap());
+    let log = Arc::new(open_when_unlocked(&store_from_env(), options));
     let cycle = std::env::var("CONVLOG_TEST_CYCLE").unwrap();
     let threads: Vec<_> = (0..4)
         .map(|thread| {
@@ -72,7 +92,7 @@ fn check_recovered_log(
     cycle: u64,
     seed: u64,
 ) {
-    let log = Log::open(dir, LogOptions::default()).unwrap();
+    let log = open_when_unlocked(dir, LogOptions::default());
     let records: Vec<_> = log.iter_from(1).map(|record| record.unwrap()).collect();
     drop(log);
     for (position, record) in records.iter().enumerate() {
@@ -207,7 +227,7 @@ fn run_none_appender() {
     let options = LogOptions::new()
         .durability(Durability::None)
         .segment_bytes_max(64 * 1024);
-    let log = Arc::new(Log::open(&dir, options).unwrap());
+    let log = Arc::new(open_when_unlocked(&dir, options));
     let cycle = std::env::var("CONVLOG_TEST_CYCLE").unwrap();
     let first = format!("c{cycle}first");
     let lsns = log.append(&[kill_payload(&first, 0, 1)]).unwrap();

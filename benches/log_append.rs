@@ -7,7 +7,10 @@
 //! 2. `Durability::Group` with 1/8/64/256 writer threads, against SQLite (WAL, `synchronous=FULL`, one autocommit INSERT
 //!    per append; per-thread connections and one shared connection) and a
 //!    JSONL file (one line + `fdatasync` per append under a mutex).
-//! 3. `Durability::None`, one writer, 256-byte events.
+//! 3. `Durability::None`, one writer, 256-byte events: as shipped (writes
+//!    into a map of the active segment, writeback started as it fills)
+//!    against the same log writing with `pwrite`, and without the early
+//!    writeback (a storage wrapper in this file), rounds interleaved.
 //! 4. One writer, 700-byte payloads (issue 15): convlog `Sync` and `Group`
 //!    against SQLite (WAL, `synchronous=FULL`) and a raw append +
 //!    `fdatasync` loop, interleaved, fresh store per round, medians.
@@ -21,7 +24,8 @@
 //! - `CONVLOG_BENCH_SECONDS`: length of each measured phase (default 2 s);
 //! - `CONVLOG_BENCH_ONLY`: a comma-separated subset of `disk`, `sync`,
 //!   `group`, `none`, `one`, `many` (default all);
-//! - `CONVLOG_BENCH_ROUNDS`: rounds of the one-writer comparison (default 3);
+//! - `CONVLOG_BENCH_ROUNDS`: rounds of the one-writer comparison and of the
+//!   `None` section (default 3);
 //! - `CONVLOG_BENCH_THREADS`: the Group thread counts (default `1,8,64,256`);
 //! - `CONVLOG_BENCH_MANY_THREADS`: the many-writer thread counts (default
 //!   `8,64,256`);
@@ -536,48 +540,270 @@ fn bench_group(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Vec<GroupRow
 
 struct NoneRow {
     name: &'static str,
+    /// The median round's run.
     run: LogRun,
+    /// Events/s of every round.
+    rates: Vec<f64>,
+    /// Per round, this row's rate over the `pwrite` row's.
+    ratios: Vec<f64>,
 }
 
+/// How a `None` variant writes: what the bench's storage changes.
+#[derive(Debug, Clone, Copy)]
+struct WritePath {
+    /// Writes with `pwrite(2)` instead of the real file system's maps.
+    pwrite: bool,
+    /// Ignores `start_writeback` (the writer's early writeback off).
+    no_writeback: bool,
+}
+
+/// The real file system, with a file's writes or writeback hints changed
+/// (`WritePath`): the comparison the `None` section makes in one run.
+#[derive(Debug)]
+struct BenchStorage {
+    path: WritePath,
+}
+
+#[derive(Debug)]
+struct BenchFile {
+    inner: Box<dyn convlog::storage::StorageFile>,
+    /// A second handle of the same file, for `pwrite`.
+    file: File,
+    path: WritePath,
+}
+
+impl convlog::storage::StorageFile for BenchFile {
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if self.path.pwrite {
+            std::os::unix::fs::FileExt::write_all_at(&self.file, buf, offset)
+        } else {
+            self.inner.write_all_at(buf, offset)
+        }
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        self.inner.read_at(buf, offset)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.inner.sync_data()
+    }
+    fn sync_all(&self) -> std::io::Result<()> {
+        self.inner.sync_all()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn size_bytes(&self) -> std::io::Result<u64> {
+        self.inner.size_bytes()
+    }
+    fn allocate(&self, len: u64) -> std::io::Result<()> {
+        self.inner.allocate(len)
+    }
+    fn start_writeback(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        if self.path.no_writeback {
+            Ok(())
+        } else {
+            self.inner.start_writeback(offset, len)
+        }
+    }
+}
+
+impl BenchStorage {
+    fn wrap(
+        &self,
+        path: &Path,
+        inner: Box<dyn convlog::storage::StorageFile>,
+    ) -> std::io::Result<Box<dyn convlog::storage::StorageFile>> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(Box::new(BenchFile {
+            inner,
+            file,
+            path: self.path,
+        }))
+    }
+}
+
+// SAFETY: every method delegates to `FileSystem` with the same path (the
+// token goes to `FileSystem::read_immutable` for the file it was made for);
+// the files it returns write the same bytes at the same offsets, only by
+// another system call.
+#[allow(unsafe_code)]
+unsafe impl convlog::storage::Storage for BenchStorage {
+    fn create_dir_all(&self, path: &Path) -> std::io::Result<()> {
+        convlog::storage::FileSystem.create_dir_all(path)
+    }
+    fn list_dir(&self, path: &Path) -> std::io::Result<Vec<String>> {
+        convlog::storage::FileSystem.list_dir(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        convlog::storage::FileSystem.exists(path)
+    }
+    fn create(&self, path: &Path) -> std::io::Result<Box<dyn convlog::storage::StorageFile>> {
+        let inner = convlog::storage::FileSystem.create(path)?;
+        self.wrap(path, inner)
+    }
+    fn open_write(&self, path: &Path) -> std::io::Result<Box<dyn convlog::storage::StorageFile>> {
+        let inner = convlog::storage::FileSystem.open_write(path)?;
+        self.wrap(path, inner)
+    }
+    fn open_read(&self, path: &Path) -> std::io::Result<Box<dyn convlog::storage::StorageFile>> {
+        convlog::storage::FileSystem.open_read(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> std::io::Result<()> {
+        convlog::storage::FileSystem.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> std::io::Result<()> {
+        convlog::storage::FileSystem.remove_file(path)
+    }
+    fn sync_dir(&self, path: &Path) -> std::io::Result<()> {
+        convlog::storage::FileSystem.sync_dir(path)
+    }
+    fn read_immutable(
+        &self,
+        path: &Path,
+        sealed: convlog::storage::SealedFile,
+    ) -> std::io::Result<convlog::storage::SharedBytes> {
+        convlog::storage::FileSystem.read_immutable(path, sealed)
+    }
+    fn try_lock(&self, path: &Path) -> std::io::Result<convlog::storage::LockGuard> {
+        convlog::storage::FileSystem.try_lock(path)
+    }
+}
+
+/// Default rounds of the `None` section.
+const NONE_ROUNDS_DEFAULT: f64 = 3.0;
+
+/// `Durability::None`, one writer, 256-byte events: convlog as shipped
+/// (writes into a map of the active segment, writeback started as it
+/// fills) against the same log writing with `pwrite` and without early
+/// writeback, interleaved in rotated order, fresh store per round; ratios
+/// are per round against the `pwrite` row.
 fn bench_none(duration: Duration) -> BenchResult<Vec<NoneRow>> {
+    use convlog::storage::Storage;
     section("3. Durability::None, one writer, 256-byte events");
     let pool = common::fixed_payloads(POOL_SEED ^ 0x256, 1024, 256);
-    let none = |segment_bytes_max| {
-        LogOptions::new()
-            .durability(Durability::None)
-            .segment_bytes_max(segment_bytes_max)
-    };
+    let rounds = common::env_f64("CONVLOG_BENCH_ROUNDS", NONE_ROUNDS_DEFAULT).max(1.0) as usize;
     let default_segment = LogOptions::default().segment_bytes_max;
-    let rows = vec![
-        NoneRow {
-            name: "append, 64 MiB segments (default)",
-            run: run_log("none", none(default_segment), 1, duration, &pool, 1)?,
-        },
-        NoneRow {
-            name: "append, 1 GiB segments (no roll)",
-            run: run_log("none-big", none(1 << 30), 1, duration, &pool, 1)?,
-        },
-        NoneRow {
-            name: "batch of 64, 64 MiB segments",
-            run: run_log("none-batch", none(default_segment), 1, duration, &pool, 64)?,
-        },
+    let options = |segment_bytes_max, path: Option<WritePath>| {
+        let options = LogOptions::new()
+            .durability(Durability::None)
+            .segment_bytes_max(segment_bytes_max);
+        match path {
+            Some(path) => {
+                let storage: std::sync::Arc<dyn Storage> =
+                    std::sync::Arc::new(BenchStorage { path });
+                options.storage(storage)
+            }
+            None => options,
+        }
+    };
+    let pwrite = WritePath {
+        pwrite: true,
+        no_writeback: false,
+    };
+    let variants: [(&'static str, u64, Option<WritePath>, usize); 6] = [
+        (
+            "append, 64 MiB segments (default)",
+            default_segment,
+            None,
+            1,
+        ),
+        (
+            "append, pwrite instead of the map",
+            default_segment,
+            Some(pwrite),
+            1,
+        ),
+        (
+            "append, map, no early writeback",
+            default_segment,
+            Some(WritePath {
+                pwrite: false,
+                no_writeback: true,
+            }),
+            1,
+        ),
+        (
+            "append, pwrite, no early writeback (before)",
+            default_segment,
+            Some(WritePath {
+                pwrite: true,
+                no_writeback: true,
+            }),
+            1,
+        ),
+        ("append, 1 GiB segments (no roll)", 1 << 30, None, 1),
+        ("batch of 64, 64 MiB segments", default_segment, None, 64),
     ];
+    let mut runs: Vec<Vec<LogRun>> = (0..variants.len()).map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        for step in 0..variants.len() {
+            let which = (step + round) % variants.len();
+            let (_, segment, path, batch) = variants[which];
+            let run = run_log("none", options(segment, path), 1, duration, &pool, batch)?;
+            runs[which].push(run);
+        }
+    }
+    let pwrite_rates: Vec<f64> = runs[1]
+        .iter()
+        .map(|run| run.measured.ops_per_sec())
+        .collect();
+    let mut rows = Vec::new();
+    for ((name, ..), mut variant_runs) in variants.iter().zip(runs) {
+        let rates: Vec<f64> = variant_runs
+            .iter()
+            .map(|run| run.measured.ops_per_sec())
+            .collect();
+        let ratios: Vec<f64> = rates
+            .iter()
+            .zip(&pwrite_rates)
+            .map(|(ours, theirs)| ours / theirs)
+            .collect();
+        let (median, ..) = median_range(&rates);
+        let index = rates
+            .iter()
+            .position(|rate| *rate == median)
+            .unwrap_or(rates.len() / 2);
+        rows.push(NoneRow {
+            name,
+            run: variant_runs.swap_remove(index),
+            rates,
+            ratios,
+        });
+    }
     let mut table = Table::new(&[
-        "variant", "events/s", "MiB/s", "ns/event", "CPU %", "writes", "fsyncs", "rolls",
+        "variant (median round)",
+        "events/s median [min..max]",
+        "/ pwrite row, median [min..max]",
+        "MiB/s",
+        "ns/event",
+        "CPU %",
+        "CPU ns/event",
+        "writes",
+        "fsyncs",
+        "rolls",
     ]);
     for row in &rows {
+        let (median, low, high) = median_range(&row.rates);
+        let cpu_ns = row.run.measured.cpu.as_secs_f64() * 1e9 / row.run.measured.ops.max(1) as f64;
+        let (ratio, ratio_low, ratio_high) = median_range(&row.ratios);
         table.row(vec![
             row.name.to_string(),
-            grouped(row.run.measured.ops_per_sec()),
+            format!("{} [{}..{}]", grouped(median), grouped(low), grouped(high)),
+            format!("{ratio:.2} [{ratio_low:.2}..{ratio_high:.2}]"),
             format!("{:.1}", row.run.measured.mib_per_sec()),
             format!("{:.0}", 1e9 / row.run.measured.ops_per_sec()),
             format!("{:.0}", row.run.measured.cpu_percent()),
+            format!("{cpu_ns:.0}"),
             grouped(row.run.stats.writes as f64),
             grouped(row.run.stats.syncs as f64),
             row.run.stats.rolls.to_string(),
         ]);
     }
     table.print();
+    println!(
+        "CPU ns/event: the process's user+system time per event (the bench's idle timer \
+         thread included): what the append costs, whatever share of a core the machine gave it"
+    );
     Ok(rows)
 }
 
@@ -645,7 +871,7 @@ fn print_summary(sync: Option<&SyncResults>, group: &[GroupRow], none: &[NoneRow
         ]);
     }
     if let Some(row) = none.first() {
-        let rate = row.run.measured.ops_per_sec();
+        let (rate, ..) = median_range(&row.rates);
         table.row(vec![
             "None, 256 B, one writer >= 1,000,000/s".to_string(),
             format!("{} events/s", grouped(rate)),

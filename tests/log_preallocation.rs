@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use common::{data_end, read_all, segment_paths, small_segments};
+use common::{data_end, read_all, segment_paths, small_segments, writable_segment_maps};
 use convlog::log::recovery::POISONED_MARKER;
 use convlog::log::{Durability, Log, LogOptions, LogReader, ReaderOptions};
 use convlog::storage::sim::SimStorage;
@@ -274,4 +274,98 @@ fn sim_segments(storage: &SimStorage) -> Vec<PathBuf> {
         .into_iter()
         .map(|name| Path::new(SIM_DIR).join(name))
         .collect()
+}
+
+/// Issue 15, `None` at the disk's limit: on the real file system the
+/// frames go into a writable shared map of the active segment's allocated
+/// space (no system call per append). Readers see them before any fsync,
+/// no sealed segment stays mapped, and a reopened segment is mapped again
+/// from its start.
+#[test]
+fn none_appends_go_through_a_map_of_the_active_segment_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = || {
+        LogOptions::new()
+            .durability(Durability::None)
+            .segment_bytes_max(64 * 1024)
+    };
+    let canonical = |paths: Vec<PathBuf>| -> Vec<PathBuf> {
+        paths
+            .iter()
+            .map(|path| path.canonicalize().unwrap())
+            .collect()
+    };
+    let log = Log::open(dir.path(), options()).unwrap();
+    let mut expected = Vec::new();
+    for index in 0..4000 {
+        log.append(&[payload(index)]).unwrap();
+        expected.push(payload(index));
+    }
+    let segments = canonical(segment_paths(dir.path()));
+    assert!(segments.len() >= 3, "the appends rolled: {segments:?}");
+    if cfg!(target_os = "linux") {
+        assert_eq!(
+            writable_segment_maps("self", dir.path()),
+            segments[segments.len() - 1..],
+            "only the active segment is mapped for writing"
+        );
+    }
+    // Nothing synced since the last roll: a reader reads it all anyway.
+    let records: Vec<Vec<u8>> = read_all(dir.path())
+        .into_iter()
+        .map(|record| record.payload)
+        .collect();
+    assert_eq!(records, expected);
+    drop(log);
+    assert!(writable_segment_maps("self", dir.path()).is_empty());
+
+    let log = Log::open(dir.path(), options()).unwrap();
+    if cfg!(target_os = "linux") {
+        assert_eq!(
+            writable_segment_maps("self", dir.path()),
+            segments[segments.len() - 1..],
+            "a reopened active segment is mapped at once"
+        );
+    }
+    log.append(&[b"after the reopen"]).unwrap();
+    expected.push(b"after the reopen".to_vec());
+    drop(log);
+    let records: Vec<Vec<u8>> = read_all(dir.path())
+        .into_iter()
+        .map(|record| record.payload)
+        .collect();
+    assert_eq!(records, expected);
+    assert!(convlog::log::verify(dir.path())
+        .unwrap()
+        .torn_tail
+        .is_none());
+}
+
+/// Under `None` the writer starts the active segment's writeback as it
+/// fills (so the fdatasync that seals it finds little left); durable
+/// appends fdatasync as they go and start none.
+#[test]
+fn none_appends_start_writeback_as_the_segment_fills_durable_ones_do_not() {
+    for durability in [Durability::None, Durability::Sync, Durability::Group] {
+        let storage = sim_disk(3);
+        let log = Log::open(SIM_DIR, sim_options(&storage).durability(durability)).unwrap();
+        for index in 0..300 {
+            log.append(&[payload(index)]).unwrap();
+        }
+        let rolls = log.writer_stats().rolls;
+        drop(log);
+        let hints = storage.stats().writeback_hints;
+        assert!(rolls >= 3, "{durability:?}: {rolls} rolls");
+        if durability == Durability::None {
+            // A quarter of a 4 KiB segment per hint, a quarter behind the
+            // last write: at least one per segment filled.
+            assert!(
+                hints >= rolls,
+                "{durability:?}: {hints} hints, {rolls} rolls"
+            );
+        } else {
+            assert_eq!(hints, 0, "{durability:?}");
+        }
+        assert_eq!(sim_records(&storage).len(), 300);
+    }
 }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{env_number, read_all, role, spawn_role, Rng};
+use common::{env_number, read_all, role, spawn_role, writable_segment_maps, Rng};
 use convlog::log::{Durability, Log, LogOptions, LogReader};
 use convlog::Error;
 
@@ -23,6 +23,26 @@ fn kill_payload(batch: &str, index: usize, size: usize) -> Vec<u8> {
         .into_bytes()
 }
 
+/// Opens the log at `dir`, waiting while it is `Locked`: a store lock this
+/// test process held a moment ago (`check_recovered_log`) can outlive the
+/// handle briefly, in a child that another test thread forked and that has
+/// not yet reached `exec` (which closes the inherited descriptor).
+fn open_when_unlocked(dir: &std::path::Path, options: LogOptions) -> Log {
+    let mut attempts = 0;
+    loop {
+        match Log::open(dir, options.clone()) {
+            Err(Error::Locked { .. }) if attempts < OPEN_LOCKED_ATTEMPTS => {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            result => return result.unwrap(),
+        }
+    }
+}
+
+/// How often `open_when_unlocked` tries (10 ms apart).
+const OPEN_LOCKED_ATTEMPTS: u32 = 1000;
+
 fn store_from_env() -> PathBuf {
     PathBuf::from(std::env::var("CONVLOG_TEST_STORE").unwrap())
 }
@@ -31,7 +51,7 @@ fn store_from_env() -> PathBuf {
 /// `ACK <first_lsn> <batch id> <size>` after each acknowledgement.
 fn run_appender() {
     let options = LogOptions::new().segment_bytes_max(64 * 1024);
-    let log = Arc::new(Log::open(store_from_env(), options).unwrap());
+    let log = Arc::new(open_when_unlocked(&store_from_env(), options));
     let cycle = std::env::var("CONVLOG_TEST_CYCLE").unwrap();
     let threads: Vec<_> = (0..4)
         .map(|thread| {
@@ -60,6 +80,63 @@ fn run_appender() {
         .collect();
     for thread in threads {
         thread.join().unwrap();
+    }
+}
+
+/// Recovers the store at `dir` as the next writer would and checks the
+/// whole log: LSNs gap-free, every `acknowledged` event (LSN -> batch id,
+/// index, size) there with its bytes, batches all-or-nothing.
+fn check_recovered_log(
+    dir: &std::path::Path,
+    acknowledged: &BTreeMap<u64, (String, usize, usize)>,
+    cycle: u64,
+    seed: u64,
+) {
+    let log = open_when_unlocked(dir, LogOptions::default());
+    let records: Vec<_> = log.iter_from(1).map(|record| record.unwrap()).collect();
+    drop(log);
+    for (position, record) in records.iter().enumerate() {
+        assert_eq!(
+            record.lsn,
+            position as u64 + 1,
+            "cycle {cycle}: LSNs are gap-free"
+        );
+    }
+    for (lsn, (batch, index, size)) in acknowledged {
+        let record = records
+            .get(*lsn as usize - 1)
+            .unwrap_or_else(|| panic!("cycle {cycle} seed {seed}: acknowledged LSN {lsn} lost"));
+        assert_eq!(
+            record.payload,
+            kill_payload(batch, *index, *size),
+            "cycle {cycle}: LSN {lsn}"
+        );
+    }
+    // Batches are all-or-nothing: parse each record's batch header.
+    let mut position = 0;
+    while position < records.len() {
+        let text = String::from_utf8(records[position].payload.clone()).unwrap();
+        let mut parts = text.split(':');
+        let batch = parts.next().unwrap();
+        let size: usize = parts
+            .next()
+            .unwrap()
+            .split('/')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        for index in 0..size {
+            let record = records
+                .get(position + index)
+                .unwrap_or_else(|| panic!("cycle {cycle}: batch {batch} is cut short"));
+            assert_eq!(
+                record.payload,
+                kill_payload(batch, index, size),
+                "cycle {cycle}: batch {batch}"
+            );
+        }
+        position += size;
     }
 }
 
@@ -127,53 +204,7 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_append() {
             }
         }
 
-        // Recover as the next writer would, then check the whole log.
-        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
-        let records: Vec<_> = log.iter_from(1).map(|record| record.unwrap()).collect();
-        drop(log);
-        for (position, record) in records.iter().enumerate() {
-            assert_eq!(
-                record.lsn,
-                position as u64 + 1,
-                "cycle {cycle}: LSNs are gap-free"
-            );
-        }
-        for (lsn, (batch, index, size)) in &acknowledged {
-            let record = records.get(*lsn as usize - 1).unwrap_or_else(|| {
-                panic!("cycle {cycle} seed {seed}: acknowledged LSN {lsn} lost")
-            });
-            assert_eq!(
-                record.payload,
-                kill_payload(batch, *index, *size),
-                "cycle {cycle}: LSN {lsn}"
-            );
-        }
-        // Batches are all-or-nothing: parse each record's batch header.
-        let mut position = 0;
-        while position < records.len() {
-            let text = String::from_utf8(records[position].payload.clone()).unwrap();
-            let mut parts = text.split(':');
-            let batch = parts.next().unwrap();
-            let size: usize = parts
-                .next()
-                .unwrap()
-                .split('/')
-                .nth(1)
-                .unwrap()
-                .parse()
-                .unwrap();
-            for index in 0..size {
-                let record = records
-                    .get(position + index)
-                    .unwrap_or_else(|| panic!("cycle {cycle}: batch {batch} is cut short"));
-                assert_eq!(
-                    record.payload,
-                    kill_payload(batch, index, size),
-                    "cycle {cycle}: batch {batch}"
-                );
-            }
-            position += size;
-        }
+        check_recovered_log(dir.path(), &acknowledged, cycle, seed);
     }
     assert_eq!(total_kills, cycles);
     assert!(
@@ -182,6 +213,130 @@ fn sigkill_at_random_moments_never_loses_an_acknowledged_append() {
     );
     eprintln!(
         "kill test: {total_kills} kills, {} acknowledged events checked, 0 lost",
+        acknowledged.len()
+    );
+}
+
+/// Child role: appends under `Durability::None` (the default durability
+/// here) from 2 threads until killed, printing `ACK <first_lsn> <batch id>
+/// <size>` after each acknowledgement. Before the threads start it prints
+/// `MAPPED <n>`: how many segments it holds writable maps of after its
+/// first append (the active one, on Linux).
+fn run_none_appender() {
+    let dir = store_from_env();
+    let options = LogOptions::new()
+        .durability(Durability::None)
+        .segment_bytes_max(64 * 1024);
+    let log = Arc::new(open_when_unlocked(&dir, options));
+    let cycle = std::env::var("CONVLOG_TEST_CYCLE").unwrap();
+    let first = format!("c{cycle}first");
+    let lsns = log.append(&[kill_payload(&first, 0, 1)]).unwrap();
+    {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "ACK {} {first} 1", lsns.start).unwrap();
+        writeln!(
+            stdout,
+            "MAPPED {}",
+            writable_segment_maps("self", &dir).len()
+        )
+        .unwrap();
+        stdout.flush().unwrap();
+    }
+    let threads: Vec<_> = (0..2)
+        .map(|thread| {
+            let log = Arc::clone(&log);
+            let cycle = cycle.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng::new(thread as u64 + 7);
+                for counter in 0.. {
+                    let batch = format!("c{cycle}t{thread}n{counter}");
+                    let size = 1 + rng.below(3) as usize;
+                    let payloads: Vec<Vec<u8>> = (0..size)
+                        .map(|index| kill_payload(&batch, index, size))
+                        .collect();
+                    let lsns = log.append(&payloads).unwrap();
+                    let mut stdout = std::io::stdout().lock();
+                    writeln!(stdout, "ACK {} {batch} {size}", lsns.start).unwrap();
+                    stdout.flush().unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+}
+
+/// Issue 15: under `Durability::None` an append is acknowledged once its
+/// frame is in the operating system's page cache, written through a
+/// writable shared map of the active segment (on Linux): a process killed
+/// with SIGKILL at any moment loses nothing it acknowledged.
+#[test]
+fn sigkill_never_loses_an_acknowledged_none_append() {
+    if role().as_deref() == Some("none_appender") {
+        run_none_appender();
+        return;
+    }
+    let cycles = (env_number("CONVLOG_KILL_CYCLES", 100) / 4).max(1);
+    let seed = env_number("CONVLOG_KILL_SEED", 0x5eed);
+    eprintln!("None kill test: {cycles} cycles, seed {seed}");
+    let mut rng = Rng::new(seed ^ 0x404e);
+    let dir = tempfile::tempdir().unwrap();
+    let mut acknowledged: BTreeMap<u64, (String, usize, usize)> = BTreeMap::new();
+    for cycle in 0..cycles {
+        let env = vec![
+            ("CONVLOG_TEST_STORE", dir.path().display().to_string()),
+            ("CONVLOG_TEST_CYCLE", cycle.to_string()),
+        ];
+        let mut child = spawn_role(
+            "sigkill_never_loses_an_acknowledged_none_append",
+            "none_appender",
+            &env,
+        );
+        let stdout = child.stdout.take().unwrap();
+        let (mapped_tx, mapped_rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(count) = line.strip_prefix("MAPPED ") {
+                    let _ = mapped_tx.send(count.parse::<usize>().ok());
+                } else if line.starts_with("ACK ") {
+                    lines.push(line);
+                }
+            }
+            lines
+        });
+        // Kill only once the child has appended and reported its maps (a
+        // dead child reports nothing: the test then fails below).
+        let mapped = mapped_rx.recv().ok().flatten();
+        std::thread::sleep(Duration::from_millis(rng.below(40)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        if cfg!(target_os = "linux") {
+            assert_eq!(
+                mapped,
+                Some(1),
+                "cycle {cycle}: the child writes through a map of its active segment"
+            );
+        }
+        for line in reader.join().unwrap() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if fields.len() != 4 {
+                continue;
+            }
+            let (Ok(first), Ok(size)) = (fields[1].parse::<u64>(), fields[3].parse::<usize>())
+            else {
+                continue;
+            };
+            for index in 0..size {
+                acknowledged.insert(first + index as u64, (fields[2].to_string(), index, size));
+            }
+        }
+        check_recovered_log(dir.path(), &acknowledged, cycle, seed);
+    }
+    let segments = common::segment_paths(dir.path()).len();
+    eprintln!(
+        "None kill test: {cycles} kills, {} acknowledged events checked, {segments} segments, 0 lost",
         acknowledged.len()
     );
 }

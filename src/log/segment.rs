@@ -24,6 +24,24 @@ const SEGMENT_NAME_DIGITS: usize = 20;
 /// the first after each step, which makes the step's allocation durable).
 pub const PREALLOCATION_STEP_BYTES: u64 = 1 << 20;
 
+/// Under `Durability::None` and `Periodic`, the writer starts the
+/// writeback of the active segment's written bytes whenever this many have
+/// accumulated since the last start (or a quarter of
+/// `LogOptions::segment_bytes_max`, if smaller), up to one step behind the
+/// last write, so that the fdatasync that seals a full segment finds at
+/// most two steps left to write instead of the whole segment, under the
+/// writer's mutex.
+pub const WRITEBACK_STEP_BYTES: u64 = 4 << 20;
+/// Writeback is started up to a multiple of this (a page), one step behind
+/// the last write.
+pub const WRITEBACK_ALIGN_BYTES: u64 = 4096;
+
+/// The writeback step for segments of at most `segment_bytes_max` bytes
+/// (see [`WRITEBACK_STEP_BYTES`]).
+pub(crate) fn writeback_step(segment_bytes_max: u64) -> u64 {
+    WRITEBACK_STEP_BYTES.min(segment_bytes_max / 4).max(1)
+}
+
 /// The file name of the segment whose first LSN is `first_lsn`.
 pub fn segment_file_name(first_lsn: Lsn) -> String {
     format!(
@@ -161,6 +179,13 @@ impl PreallocatedFile {
         limit: u64,
     ) -> io::Result<PreallocatedFile> {
         let allocated = inner.size_bytes()?;
+        // Reserve what the file already has (a reopened segment's space
+        // past its frames): the real file system then writes into it
+        // through a map (`storage::FileSystem`), not only after the next
+        // step. Failure is not an error: writes then go as they are.
+        if let Err(error) = inner.allocate(allocated) {
+            tracing::debug!(segment = %path.display(), error = %error, "could not reserve the segment's space");
+        }
         Ok(PreallocatedFile {
             inner,
             path,
@@ -227,6 +252,10 @@ impl StorageFile for PreallocatedFile {
 
     fn allocate(&self, len: u64) -> io::Result<()> {
         self.inner.allocate(len)
+    }
+
+    fn start_writeback(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.start_writeback(offset, len)
     }
 }
 

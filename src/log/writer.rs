@@ -71,6 +71,9 @@ struct State {
     written_lsn: Lsn,
     durable_bytes: u64,
     durable_lsn: Lsn,
+    /// Bytes of the active segment below this offset had their writeback
+    /// started (or were fsynced); see `segment::WRITEBACK_STEP_BYTES`.
+    writeback_from: u64,
     writing: bool,
     syncing: bool,
     poisoned: Option<String>,
@@ -201,6 +204,7 @@ impl Writer {
                 written_lsn: next_lsn,
                 durable_bytes: active_bytes,
                 durable_lsn: next_lsn,
+                writeback_from: active_bytes,
                 writing: false,
                 syncing: false,
                 poisoned: None,
@@ -439,7 +443,21 @@ impl Writer {
             let offset = state.written_bytes;
             let end_lsn = state.next_lsn;
             let file = Arc::clone(&state.active_file);
-            let result = MutexGuard::unlocked(state, || file.write_all_at(&buffer, offset));
+            let writeback = if durable {
+                None
+            } else {
+                self.writeback_range(state, offset + buffer.len() as u64)
+            };
+            let result = MutexGuard::unlocked(state, || {
+                let result = file.write_all_at(&buffer, offset);
+                if let (Ok(()), Some((from, to))) = (&result, writeback) {
+                    // A hint: a failure shows at the next fdatasync.
+                    if let Err(error) = file.start_writeback(from, to - from) {
+                        tracing::debug!(error = %error, "could not start the segment's writeback");
+                    }
+                }
+                result
+            });
             state.writing = false;
             state.stats.writes += 1;
             match result {
@@ -489,6 +507,26 @@ impl Writer {
         // released, and may append again at once.
         state.released = 1 + completed;
         state.arrivals = 0;
+    }
+
+    /// Under `None` and `Periodic`: the range of the active segment whose
+    /// writeback a write ending at `end` should start, if a step's worth
+    /// has accumulated past what was started or fsynced before (marked as
+    /// started). It ends a step behind `end`, on an alignment boundary, so
+    /// that no page (or larger page-cache folio) the next frames go on
+    /// writing into is written back half-filled, then dirtied and written
+    /// again.
+    fn writeback_range(&self, state: &mut State, end: u64) -> Option<(u64, u64)> {
+        let step = segment::writeback_step(self.options.segment_bytes_max);
+        let from = state.writeback_from.max(state.durable_bytes);
+        let align = segment::WRITEBACK_ALIGN_BYTES.min(step);
+        let behind = end.saturating_sub(step);
+        let to = behind - behind % align;
+        if to < from + step {
+            return None;
+        }
+        state.writeback_from = to;
+        Some((from, to))
     }
 
     /// Holds the write back (the leader's role taken, `writing` set) until
@@ -706,6 +744,7 @@ impl Writer {
                 state.active_assigned_bytes = header;
                 state.written_bytes = header;
                 state.durable_bytes = header;
+                state.writeback_from = header;
                 state.stats.rolls += 1;
                 self.view.seal_and_start(
                     sealed_path,

@@ -19,6 +19,9 @@
 //!   independent, any order in which non-overlapping writes could have
 //!   reached the disk is covered (overlapping writes keep their order: the
 //!   later one replaced the earlier in the page cache).
+//! - `StorageFile::start_writeback` is counted and changes nothing: an
+//!   unsynced write may reach the disk before any fsync anyway, which the
+//!   independent fates above already cover.
 //! - [`SimStorage::process_crash`] returns the disk as another process sees
 //!   it after this one died: nothing is lost, but what was not synced is
 //!   still not durable (a later power loss can still lose it).
@@ -98,6 +101,8 @@ pub struct SimStats {
     pub writes_kept: u64,
     /// Unsynced writes a crash lost, tore, zeroed or filled with garbage.
     pub writes_damaged: u64,
+    /// `StorageFile::start_writeback` hints received.
+    pub writeback_hints: u64,
 }
 
 /// SplitMix64: tiny, deterministic, good enough to choose fates.
@@ -976,6 +981,15 @@ impl StorageFile for SimFile {
             }
         }
         disk.inode(self.inode).allocate(len);
+        Ok(())
+    }
+
+    /// A hint, counted and otherwise ignored: it makes nothing durable.
+    /// The crash model already lets any unsynced write reach the disk
+    /// before an fsync (each one's fate is independent), which is all that
+    /// starting writeback early can do on a real disk.
+    fn start_writeback(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        self.shared.disk.lock().stats.writeback_hints += 1;
         Ok(())
     }
 }

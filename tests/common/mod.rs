@@ -165,3 +165,25 @@ unsafe impl<H: FsHooks> convlog::storage::Storage for Hooked<H> {
         FileSystem.try_lock(path)
     }
 }
+
+/// The segment files under `dir` that process `pid` (`"self"` for this
+/// one) holds writable shared maps of (`rw-s` in `/proc/<pid>/maps`): the
+/// active segment's write path on Linux. Empty where `/proc` is missing.
+pub fn writable_segment_maps(pid: &str, dir: &Path) -> Vec<PathBuf> {
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let mut paths: Vec<PathBuf> = maps
+        .lines()
+        .filter(|line| line.split_whitespace().nth(1) == Some("rw-s"))
+        .filter_map(|line| line.split_whitespace().nth(5).map(PathBuf::from))
+        .filter(|path| {
+            path.parent() == Some(dir.as_path())
+                && path.extension().is_some_and(|extension| extension == "seg")
+        })
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}

@@ -337,6 +337,8 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|error| format!("cannot start the runtime: {error}"))?;
     let result = runtime.block_on(async {
+        // Before anything else: a signal during startup stops it cleanly.
+        let shutdown = shutdown_signal()?;
         let server = Server::open(&args.store, &config, |name| std::env::var(name).ok()).await?;
         let listener = TcpListener::bind(args.listen)
             .await
@@ -344,27 +346,38 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         let address = listener.local_addr().map_err(|error| error.to_string())?;
         eprintln!("listening on {address}");
         tracing::info!(%address, store = %args.store.display(), "listening");
-        server.serve(listener, shutdown_signal()).await
+        server.serve(listener, shutdown).await
     });
     runtime.shutdown_timeout(SHUTDOWN_GRACE);
     result
 }
 
-/// SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT. The handlers are installed when this
+/// is called (not when the future is first polled), so a signal that
+/// arrives at any later point stops the server cleanly instead of killing
+/// it. Must be called inside a runtime.
+pub fn shutdown_signal() -> Result<impl Future<Output = ()> + Send + 'static, String> {
     #[cfg(unix)]
     {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("install the SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminate.recv() => {}
-        }
+        use tokio::signal::unix::{signal, SignalKind};
+        let install = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|error| format!("cannot handle {name}: {error}"))
+        };
+        let mut terminate = install(SignalKind::terminate(), "SIGTERM")?;
+        let mut interrupt = install(SignalKind::interrupt(), "SIGINT")?;
+        Ok(async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            tracing::info!("shutdown requested");
+        })
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("shutdown requested");
+        })
     }
-    tracing::info!("shutdown requested");
 }

@@ -676,3 +676,43 @@ async fn health_openapi_and_request_ids() {
     assert!(document["components"]["schemas"].get("Message").is_some());
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_finishes_the_run_in_flight_and_syncs() {
+    let mut server = TestServer::start(false).await;
+    server.create("ctx_1").await;
+    server.upstream.push([text("finished")]);
+    let gate = server.upstream.hold();
+    let received = server.upstream.received.notified();
+    let url = format!("{}/chat", server.url);
+    let http = server.http.clone();
+    let chat = tokio::spawn(async move {
+        http.post(url)
+            .bearer_auth(ALICE)
+            .json(&json!({"context_id": "ctx_1", "message": "hello"}))
+            .send()
+            .await
+            .unwrap()
+    });
+    received.await;
+    // The run is at the upstream: shut down now, then let it answer.
+    server.request_stop();
+    gate.add_permits(1);
+    let response = chat.await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["response"], "finished");
+    let dir = server.stopped().await;
+    // The store is released and holds the whole turn.
+    let store = convlog::store::StoreBuilder::new(dir.path().join("store"))
+        .reducer(convlog::control::ContextsReducer)
+        .open()
+        .unwrap();
+    let entries: Vec<_> = store
+        .conversation("ctx_1")
+        .unwrap()
+        .entries()
+        .map(|entry| entry.content.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(entries, ["hello", "finished"]);
+}

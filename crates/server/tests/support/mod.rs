@@ -31,6 +31,10 @@ pub struct Upstream {
     pub replies: Arc<Mutex<VecDeque<Value>>>,
     pub requests: Arc<Mutex<Vec<Value>>>,
     pub url: String,
+    /// When set, each answer waits for a permit (`release`).
+    pub gate: Arc<Mutex<Option<Arc<tokio::sync::Semaphore>>>>,
+    /// Signalled on each request received.
+    pub received: Arc<tokio::sync::Notify>,
 }
 
 impl Upstream {
@@ -50,6 +54,13 @@ impl Upstream {
         self.replies.lock().unwrap().extend(messages);
     }
 
+    /// From now on, answers wait for [`Upstream::release`].
+    pub fn hold(&self) -> Arc<tokio::sync::Semaphore> {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        *self.gate.lock().unwrap() = Some(Arc::clone(&gate));
+        gate
+    }
+
     pub fn requests(&self) -> Vec<Value> {
         self.requests.lock().unwrap().clone()
     }
@@ -60,6 +71,11 @@ async fn complete(
     Json(body): Json<Value>,
 ) -> (StatusCode, Json<Value>) {
     upstream.requests.lock().unwrap().push(body);
+    upstream.received.notify_one();
+    let gate = upstream.gate.lock().unwrap().clone();
+    if let Some(gate) = gate {
+        gate.acquire().await.unwrap().forget();
+    }
     let Some(message) = upstream.replies.lock().unwrap().pop_front() else {
         return (
             StatusCode::BAD_REQUEST,
@@ -247,9 +263,19 @@ impl TestServer {
         body["messages"].clone()
     }
 
-    pub async fn stop(mut self) -> tempfile::TempDir {
+    /// Asks the server to shut down (it stops accepting).
+    pub fn request_stop(&mut self) {
         let _ = self.shutdown.take().unwrap().send(());
+    }
+
+    /// Waits for the server to have stopped.
+    pub async fn stopped(mut self) -> tempfile::TempDir {
         self.task.take().unwrap().await.unwrap().unwrap();
         self.dir
+    }
+
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        self.request_stop();
+        self.stopped().await
     }
 }

@@ -15,6 +15,7 @@ fn yes() -> bool {
 #[serde(deny_unknown_fields)]
 pub struct ChatRequest {
     /// The context.
+    #[schema(example = "ctx_123")]
     pub context_id: String,
     /// The human message, saved at once.
     pub message: String,
@@ -29,6 +30,7 @@ pub struct ChatRequest {
 #[serde(deny_unknown_fields)]
 pub struct AddAiMessageRequest {
     /// The context.
+    #[schema(example = "ctx_123")]
     pub context_id: String,
     /// A pre-written AI message, always saved.
     pub message: Option<String>,
@@ -50,6 +52,7 @@ pub struct AddAiMessageRequest {
 #[serde(deny_unknown_fields)]
 pub struct InvokeRequest {
     /// The context.
+    #[schema(example = "ctx_123")]
     pub context_id: String,
     /// Save what the agent generates.
     #[serde(default = "yes")]
@@ -62,6 +65,7 @@ pub struct InvokeRequest {
 #[serde(deny_unknown_fields)]
 pub struct MessagesRequest {
     /// The context.
+    #[schema(example = "ctx_123")]
     pub context_id: String,
     /// The messages, in order.
     #[schema(value_type = Vec<MessageSchema>)]
@@ -113,6 +117,7 @@ pub struct UpdateContextRequest {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ContextResponse {
     /// The context.
+    #[schema(example = "ctx_123")]
     pub context_id: String,
     /// Its agent (null for a context created outside the server).
     pub agent_id: Option<String>,
@@ -137,6 +142,7 @@ pub struct ContextResponse {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ContextSummary {
     /// The context.
+    #[schema(example = "ctx_123")]
     pub context_id: String,
     /// Its agent.
     pub agent_id: Option<String>,
@@ -193,6 +199,7 @@ pub enum MessageSchema {
 
 /// `{"sender": "human" | "ai" | "system", "message": "..."}`.
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(as = ChatMessage)]
 pub struct ChatMessageSchema {
     sender: SenderSchema,
@@ -230,6 +237,7 @@ pub enum ToolResponseType {
 
 /// `{"type": "tool_call", ...}`.
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(as = ToolCallMessage)]
 pub struct ToolCallSchema {
     #[serde(rename = "type")]
@@ -242,6 +250,7 @@ pub struct ToolCallSchema {
 
 /// `{"type": "tool_response", ...}`.
 #[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(as = ToolResponseMessage)]
 pub struct ToolResponseSchema {
     #[serde(rename = "type")]

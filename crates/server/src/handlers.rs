@@ -540,7 +540,7 @@ pub async fn list_contexts(
 
 /// A context with its messages (its owner, or anyone if it is public).
 #[utoipa::path(get, path = "/contexts/{context_id}", tag = "context",
-    params(("context_id" = String, Path, description = "The context")),
+    params(("context_id" = String, Path, description = "The context", example = "ctx_123")),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The context", body = ContextResponse),
@@ -562,7 +562,7 @@ pub async fn get_context(
 
 /// Make a context public or private (its owner only).
 #[utoipa::path(patch, path = "/contexts/{context_id}", tag = "context",
-    params(("context_id" = String, Path, description = "The context")),
+    params(("context_id" = String, Path, description = "The context", example = "ctx_123")),
     request_body = UpdateContextRequest,
     security(("bearer" = [])),
     responses(

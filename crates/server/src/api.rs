@@ -166,6 +166,25 @@ pub struct ContextList {
     pub contexts: Vec<ContextSummary>,
 }
 
+/// `POST /contexts/{context_id}/events`: events in their JSON form, one
+/// atomic batch.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppendEventsRequest {
+    /// The events (`docs/events.md`), each of this context.
+    #[schema(value_type = Vec<Object>)]
+    pub events: Vec<Value>,
+}
+
+/// The LSNs an appended batch got.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AppendEventsResponse {
+    /// The first event's LSN.
+    pub first_lsn: u64,
+    /// The last event's LSN.
+    pub last_lsn: u64,
+}
+
 /// Every error: `{"error": "..."}`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {

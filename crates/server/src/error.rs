@@ -39,7 +39,12 @@ impl From<convlog::Error> for ApiError {
     fn from(error: convlog::Error) -> ApiError {
         use convlog::Error;
         let status = match &error {
-            Error::ContextNotFound { .. } => StatusCode::NOT_FOUND,
+            Error::ContextNotFound { .. }
+            | Error::ConversationNotFound { .. }
+            | Error::EvaluationNotFound { .. } => StatusCode::NOT_FOUND,
+            Error::ProviderUnsupported { .. } | Error::ProviderMalformed { .. } => {
+                StatusCode::CONFLICT
+            }
             Error::NotContextOwner { .. } => StatusCode::FORBIDDEN,
             Error::ContextExists { .. } | Error::Conflict { .. } => StatusCode::CONFLICT,
             Error::ResponsesWithoutCalls { .. }
@@ -49,6 +54,8 @@ impl From<convlog::Error> for ApiError {
             | Error::DuplicateCallId { .. }
             | Error::AnonymousPrivateContext { .. }
             | Error::InvalidEvent { .. }
+            | Error::InvalidLine { .. }
+            | Error::InvalidCuration { .. }
             | Error::EmptyBatch => StatusCode::BAD_REQUEST,
             Error::LimitExceeded { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Error::GenerationFailed { .. } => StatusCode::BAD_GATEWAY,

@@ -1,8 +1,10 @@
 //! The endpoints.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -597,4 +599,184 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
         status: "ok".to_string(),
         last_lsn: state.store.stats().next_lsn.saturating_sub(1),
     })
+}
+
+/// Whether `kind` is a custom-event kind only the server writes (context
+/// creation, visibility and metadata): a client appending one could take
+/// over or change a context.
+fn reserved_kind(kind: &str) -> bool {
+    kind.starts_with("convlog.context.") || kind == crate::meta::CONTEXT_META
+}
+
+/// Append events in their JSON form (`docs/events.md`) to a context, as
+/// one atomic batch (its owner only).
+#[utoipa::path(post, path = "/contexts/{context_id}/events", tag = "context",
+    params(("context_id" = String, Path, description = "The context", example = "ctx_123")),
+    request_body = AppendEventsRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The LSNs the batch got", body = AppendEventsResponse),
+        (status = 400, description = "An event is not valid", body = ErrorBody),
+        (status = 401, description = "No or invalid token", body = ErrorBody),
+        (status = 403, description = "Context does not belong to user", body = ErrorBody),
+        (status = 404, description = "No such context", body = ErrorBody),
+        (status = 413, description = "Too large", body = ErrorBody),
+        (status = 422, description = "Malformed JSON", body = ErrorBody),
+    ))]
+pub async fn append_events(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(context_id): Path<String>,
+    ApiJson(request): ApiJson<AppendEventsRequest>,
+) -> Result<Json<AppendEventsResponse>, ApiError> {
+    check_messages(request.events.len())?;
+    if request.events.is_empty() {
+        return Err(ApiError::bad_request(
+            "events is empty: a batch needs at least one event",
+        ));
+    }
+    blocking(move || {
+        state.writable(&caller, &context_id)?;
+        let text = Value::Array(request.events).to_string();
+        let store = Arc::clone(&state.store);
+        let events = convlog::json::parse_line(1, &text, &mut |conversation, evaluation| {
+            Ok(match store.conversation(conversation) {
+                Ok(slice) => slice.next_sequence(evaluation),
+                Err(_) => 0,
+            })
+        })?;
+        for (index, event) in events.iter().enumerate() {
+            if event.conversation_id() != Some(context_id.as_str()) {
+                return Err(ApiError::bad_request(format!(
+                    "events[{index}]: conversation_id must be the context's, {context_id:?}"
+                )));
+            }
+            if let convlog::Event::Custom(custom) = event {
+                if reserved_kind(&custom.kind) {
+                    return Err(ApiError::bad_request(format!(
+                        "events[{index}]: custom kind {:?} is reserved to the server",
+                        custom.kind
+                    )));
+                }
+            }
+        }
+        let lsns = state.store.append(&events)?;
+        Ok(Json(AppendEventsResponse {
+            first_lsn: lsns.start,
+            last_lsn: lsns.end - 1,
+        }))
+    })
+    .await
+}
+
+/// What an evaluation of the context left to do: unfinished and finished
+/// tool calls, next sequence and turn (its owner, or anyone if public).
+#[utoipa::path(get, path = "/contexts/{context_id}/resume", tag = "context",
+    params(
+        ("context_id" = String, Path, description = "The context", example = "ctx_123"),
+        ("evaluation" = Option<String>, Query, description = "The evaluation (default: the latest)"),
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The resume state", body = Object),
+        (status = 400, description = "Invalid query", body = ErrorBody),
+        (status = 401, description = "No or invalid token", body = ErrorBody),
+        (status = 403, description = "Context does not belong to user", body = ErrorBody),
+        (status = 404, description = "No such context, evaluation or message", body = ErrorBody),
+    ))]
+pub async fn resume(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(context_id): Path<String>,
+    query: Result<Query<BTreeMap<String, String>>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query.map_err(|error| ApiError::bad_request(error.body_text()))?;
+    only_keys(&query, &["evaluation"])?;
+    blocking(move || {
+        state.readable(&caller, &context_id)?;
+        let options =
+            convlog::resume::ResumeOptions::new().evaluation_id(query.get("evaluation").cloned());
+        let resumed = state.store.resume(&context_id, &options)?;
+        Ok(Json(serde_json::to_value(&resumed).map_err(|error| {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+        })?))
+    })
+    .await
+}
+
+fn only_keys(query: &BTreeMap<String, String>, known: &[&str]) -> Result<(), ApiError> {
+    match query.keys().find(|key| !known.contains(&key.as_str())) {
+        Some(key) => Err(ApiError::bad_request(format!(
+            "Unknown query parameter {key:?}, expected one of: {}",
+            known.join(", ")
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The context rebuilt as a provider's request body, optionally curated
+/// first (its owner, or anyone if public).
+#[utoipa::path(get, path = "/contexts/{context_id}/export", tag = "context",
+    params(
+        ("context_id" = String, Path, description = "The context", example = "ctx_123"),
+        ("format" = String, Query, description = "openai, openai-responses, anthropic, gemini or ollama", example = "openai"),
+        ("pending" = Option<String>, Query, description = "Unfinished tool calls: drop (default) or error"),
+        ("curate" = Option<String>, Query, description = "History managers applied first: window=N,truncate=N,budget=N,prune=N"),
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The request body", body = Object),
+        (status = 400, description = "Invalid query", body = ErrorBody),
+        (status = 401, description = "No or invalid token", body = ErrorBody),
+        (status = 403, description = "Context does not belong to user", body = ErrorBody),
+        (status = 404, description = "No such context", body = ErrorBody),
+        (status = 409, description = "The conversation has no form in that format", body = ErrorBody),
+    ))]
+pub async fn export(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(context_id): Path<String>,
+    query: Result<Query<BTreeMap<String, String>>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    use convlog::provider::{PendingCalls, Provider, RenderOptions};
+    let Query(query) = query.map_err(|error| ApiError::bad_request(error.body_text()))?;
+    only_keys(&query, &["format", "pending", "curate"])?;
+    let provider = match query.get("format").map(String::as_str) {
+        Some("openai") => Provider::OpenAiChat,
+        Some("openai-responses") => Provider::OpenAiResponses,
+        Some("anthropic") => Provider::Anthropic,
+        Some("gemini") => Provider::Gemini,
+        Some("ollama") => Provider::Ollama,
+        _ => {
+            return Err(ApiError::bad_request(
+                "format must be one of openai, openai-responses, anthropic, gemini, ollama",
+            ))
+        }
+    };
+    let pending = match query.get("pending").map(String::as_str) {
+        None | Some("drop") => PendingCalls::Drop,
+        Some("error") => PendingCalls::SyntheticError,
+        Some(_) => return Err(ApiError::bad_request("pending must be drop or error")),
+    };
+    let manager = query
+        .get("curate")
+        .map(|spec| convlog::history::parse_curation(spec))
+        .transpose()?;
+    blocking(move || {
+        state.readable(&caller, &context_id)?;
+        let mut entries = state.entries(&context_id)?;
+        if let Some(manager) = manager {
+            use convlog::history::{CurationContext, HistoryManager};
+            let slice = state.store.conversation(&context_id).ok();
+            let mut context = CurationContext::new().with_store(&state.store);
+            if let Some(slice) = &slice {
+                context = context.with_conversation(slice);
+            }
+            entries = manager.curate(&entries, &context);
+        }
+        let request =
+            convlog::provider::render(provider, &entries, &RenderOptions::new().pending(pending))?;
+        Ok(Json(request.body()))
+    })
+    .await
 }

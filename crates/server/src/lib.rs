@@ -84,6 +84,9 @@ pub struct AppState {
         handlers::list_contexts,
         handlers::get_context,
         handlers::update_context,
+        handlers::append_events,
+        handlers::resume,
+        handlers::export,
         handlers::health,
     ),
     components(schemas(api::MessageSchema)),
@@ -197,6 +200,12 @@ impl Server {
                 "/contexts/{context_id}",
                 get(handlers::get_context).patch(handlers::update_context),
             )
+            .route(
+                "/contexts/{context_id}/events",
+                post(handlers::append_events),
+            )
+            .route("/contexts/{context_id}/resume", get(handlers::resume))
+            .route("/contexts/{context_id}/export", get(handlers::export))
             .route("/health", get(handlers::health))
             .route("/openapi.json", get(openapi))
             .fallback(not_found)

@@ -716,3 +716,111 @@ async fn shutdown_finishes_the_run_in_flight_and_syncs() {
         .collect();
     assert_eq!(entries, ["hello", "finished"]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn events_append_in_json_form_and_resume_and_export_read_them() {
+    let server = TestServer::start(false).await;
+    server.create("ctx_9").await;
+    let batch = json!({"events": [
+        {"type": "conversation_recorded", "conversation_id": "ctx_9", "entry": {"evaluation_id": "eval-1", "role": "user", "content": "6*7?"}},
+        {"type": "conversation_recorded", "conversation_id": "ctx_9", "entry": {"evaluation_id": "eval-1", "turn": 1, "role": "assistant", "tool_calls": [{"call_id": "calc_1", "name": "calculator", "arguments": "{\"expr\":\"6*7\"}"}]}},
+    ]});
+    let (status, body) = server
+        .post("/contexts/ctx_9/events", ALICE, batch.clone())
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["last_lsn"].as_u64().unwrap(),
+        body["first_lsn"].as_u64().unwrap() + 1
+    );
+
+    // Resume: the call is unfinished.
+    let (status, state) = server.get("/contexts/ctx_9/resume", ALICE).await;
+    assert_eq!(status, 200, "{state}");
+    assert_eq!(state["evaluation_id"], "eval-1");
+    assert_eq!(state["unfinished_calls"][0]["call"]["call_id"], "calc_1");
+    let (status, body) = server
+        .get("/contexts/ctx_9/resume?evaluation=eval-404", ALICE)
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = server
+        .get("/contexts/ctx_9/resume?evaluaton=x", ALICE)
+        .await;
+    assert_eq!(status, 400);
+    assert!(error(&body).starts_with("Unknown query parameter \"evaluaton\""));
+
+    // Export: the pending call dropped by default, answered with an error on request.
+    let (status, request) = server
+        .get("/contexts/ctx_9/export?format=openai", ALICE)
+        .await;
+    assert_eq!(status, 200, "{request}");
+    assert_eq!(
+        request["messages"],
+        json!([{"role": "user", "content": "6*7?"}])
+    );
+    let (_, request) = server
+        .get(
+            "/contexts/ctx_9/export?format=anthropic&pending=error",
+            ALICE,
+        )
+        .await;
+    assert!(
+        request["messages"].to_string().contains("calc_1"),
+        "{request}"
+    );
+    let (status, body) = server
+        .get("/contexts/ctx_9/export?format=cobol", ALICE)
+        .await;
+    assert_eq!(status, 400);
+    assert!(error(&body).starts_with("format must be one of"));
+    let (status, body) = server
+        .get("/contexts/ctx_9/export?format=openai&curate=bogus=1", ALICE)
+        .await;
+    assert_eq!(status, 400, "{body}");
+
+    // Refused: another conversation, a reserved kind, bad events, another user.
+    let (status, body) = server
+        .post("/contexts/ctx_9/events", ALICE, json!({"events": [
+            {"type": "conversation_recorded", "conversation_id": "other", "entry": {"evaluation_id": "e", "role": "user", "content": "x"}}
+        ]}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        error(&body).contains("conversation_id must be the context's"),
+        "{body}"
+    );
+    let (status, body) = server
+        .post("/contexts/ctx_9/events", ALICE, json!({"events": [
+            {"type": "custom", "conversation_id": "ctx_9", "kind": "convlog.context.visibility", "payload": "eyJwdWJsaWMiOnRydWV9"}
+        ]}))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(error(&body).contains("reserved to the server"), "{body}");
+    let (status, body) = server
+        .post(
+            "/contexts/ctx_9/events",
+            ALICE,
+            json!({"events": [{"type": "conversation_recorded"}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = server
+        .post("/contexts/ctx_9/events", ALICE, json!({"events": []}))
+        .await;
+    assert_eq!(status, 400);
+    for path in [
+        "/contexts/ctx_9/resume",
+        "/contexts/ctx_9/export?format=openai",
+    ] {
+        let (status, body) = server.get(path, BOB).await;
+        assert_eq!((status, error(&body)), (403, NOT_OWNER), "{path}");
+    }
+    let (status, body) = server.post("/contexts/ctx_9/events", BOB, batch).await;
+    assert_eq!((status, error(&body)), (403, NOT_OWNER));
+    let (_, state) = server.get("/contexts/ctx_9/resume", ALICE).await;
+    assert_eq!(
+        state["next_sequence"], 2,
+        "nothing refused was stored: {state}"
+    );
+    server.stop().await;
+}

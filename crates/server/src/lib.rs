@@ -15,6 +15,7 @@ pub mod config;
 mod error;
 mod handlers;
 pub mod meta;
+pub mod metrics;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -66,6 +67,7 @@ pub struct AppState {
     tokens: Tokens,
     agents: BTreeMap<String, Arc<Runner>>,
     create_lock: parking_lot::Mutex<()>,
+    metrics: metrics::Metrics,
     handle: tokio::runtime::Handle,
     _mcp: Vec<McpServer>,
 }
@@ -173,6 +175,7 @@ impl Server {
                 tokens,
                 agents,
                 create_lock: parking_lot::Mutex::new(()),
+                metrics: metrics::Metrics::default(),
                 handle: tokio::runtime::Handle::current(),
                 _mcp: mcp,
             }),
@@ -208,10 +211,14 @@ impl Server {
             .route("/contexts/{context_id}/export", get(handlers::export))
             .route("/health", get(handlers::health))
             .route("/openapi.json", get(openapi))
+            .route("/metrics", get(render_metrics))
             .fallback(not_found)
             .method_not_allowed_fallback(method_not_allowed)
             .layer(DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
-            .layer(axum::middleware::from_fn(request_frame))
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&self.state),
+                request_frame,
+            ))
             .with_state(Arc::clone(&self.state))
     }
 
@@ -261,6 +268,24 @@ async fn openapi() -> Response {
         .into_response()
 }
 
+async fn render_metrics(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+) -> Response {
+    let events = state.store.stats().next_lsn.saturating_sub(1);
+    let contexts = state
+        .control
+        .registry()
+        .map_or(0, |registry| registry.len());
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(events, contexts),
+    )
+        .into_response()
+}
+
 async fn not_found(request: Request) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -280,7 +305,11 @@ async fn method_not_allowed(request: Request) -> ApiError {
 }
 
 /// The request id, a log line per request, and the request timeout.
-async fn request_frame(mut request: Request, next: Next) -> Response {
+async fn request_frame(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let header = HeaderName::from_static(REQUEST_ID_HEADER);
     let id = request
         .headers()
@@ -297,6 +326,11 @@ async fn request_frame(mut request: Request, next: Next) -> Response {
     request.headers_mut().insert(header.clone(), value.clone());
     let method = request.method().clone();
     let path = request.uri().path().to_string();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |matched| matched.as_str())
+        .to_string();
     let started = Instant::now();
     let mut response = match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
         Ok(response) => response,
@@ -310,6 +344,9 @@ async fn request_frame(mut request: Request, next: Next) -> Response {
         .into_response(),
     };
     response.headers_mut().insert(header, value);
+    state
+        .metrics
+        .observe(&route, response.status().as_u16(), started.elapsed());
     tracing::info!(
         request_id = %id,
         %method,

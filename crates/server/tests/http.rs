@@ -824,3 +824,37 @@ async fn events_append_in_json_form_and_resume_and_export_read_them() {
     );
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_requests_by_route_and_status() {
+    let server = TestServer::start(false).await;
+    server.create("ctx_1").await;
+    let (status, _) = server.get("/contexts/ctx_404", ALICE).await;
+    assert_eq!(status, 404);
+    let text = server
+        .http
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("convlog_server_requests_total{route=\"/contexts\",status=\"201\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "convlog_server_requests_total{route=\"/contexts/{context_id}\",status=\"404\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("convlog_server_request_duration_seconds_count 2"),
+        "{text}"
+    );
+    assert!(text.contains("convlog_store_events 2\n"), "{text}");
+    assert!(text.contains("convlog_server_contexts 1\n"), "{text}");
+    server.stop().await;
+}

@@ -131,6 +131,21 @@ Examples:
     --provider openai-compatible --base-url http://127.0.0.1:11434/v1 --model llama3.2 \
     --tool-server "python3 ./tools.py""#;
 
+pub const SERVE_HELP: &str = r#"Serves the message-control API (docs/server.md) on --listen: POST /chat, /chat/invoke,
+/chat/add-ai-message, /context/add-messages, /context/set-messages, and /contexts to create,
+read, list and publish contexts; GET /health and GET /openapi.json. Requests carry
+`Authorization: Bearer TOKEN`; the configuration maps token hashes to users and names the
+agents (upstream provider, model, base URL, MCP tools).
+
+The server holds the store's writer lock: a second server (or `convlog append`) on the same
+store fails at start with the lock error; the read-only commands (dump, inspect, tail,
+verify, resume, export, stats, backup) keep working beside it. SIGTERM or SIGINT stops it:
+no new connections, requests in flight finish, the store is synced and the lock released.
+
+Examples:
+  convlog serve ./store --config server.toml
+  curl -s -H "Authorization: Bearer $TOKEN" http://127.0.0.1:8080/contexts"#;
+
 pub const CHAT_HELP: &str = r#"Runs one evaluation of the conversation with the agent runner (convlog-agent): records
 the system entry (--system, --prompt) and the user MESSAGE, calls the model, runs the tools
 it asks for, records each step the moment it happens, and stops at a final answer, the

@@ -180,6 +180,20 @@ enum Command {
         /// The user's message.
         message: String,
     },
+    /// Serve the message-control HTTP API over a store (one writer for any
+    /// number of clients) until SIGTERM or SIGINT.
+    #[command(after_help = help::SERVE_HELP)]
+    Serve {
+        /// The store directory (a store is created in it if it is missing or
+        /// empty). The server holds its writer's lock.
+        store: PathBuf,
+        /// Where to listen (loopback by default; put TLS in a reverse proxy).
+        #[arg(long, value_name = "ADDR", default_value = convlog_server::DEFAULT_LISTEN)]
+        listen: std::net::SocketAddr,
+        /// The configuration file (TOML: agents, MCP tools, users' tokens).
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
     /// Print a conversation rebuilt as a provider's request body (JSON), or
     /// its neutral entries as JSON lines.
     #[command(after_help = help::EXPORT_HELP)]
@@ -403,6 +417,16 @@ fn run(command: Command) -> Result<(), shell::Failure> {
             json,
             conversation,
         } => audit::tail(&store, last, follow, json, conversation),
+        Command::Serve {
+            store,
+            listen,
+            config,
+        } => convlog_server::run(convlog_server::ServeArgs {
+            store,
+            listen,
+            config,
+        })
+        .map_err(shell::Failure),
         conversation_command => run_on_conversations(conversation_command),
     }
 }
@@ -419,6 +443,7 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
         | Command::Stats { .. }
         | Command::Backup { .. }
         | Command::Inspect { .. }
+        | Command::Serve { .. }
         | Command::Tail { .. } => unreachable!("run() handles the store and audit commands"),
         Command::Resume {
             store,

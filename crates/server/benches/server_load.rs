@@ -1,0 +1,183 @@
+//! Load on loopback: `CONNECTIONS` clients appending one event per request
+//! to a context each (`POST /contexts/{id}/events`), against in-process
+//! `Store::append` with `Durability::Group` from as many threads, in the
+//! same run; then `/chat` turns against a zero-latency fake upstream. Run
+//! by hand (`cargo bench -p convlog-server --bench server_load`); results
+//! in docs/performance.md. Every loop is bounded in count, and the whole
+//! run in time.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::routing::post;
+use axum::{Json, Router};
+use convlog::store::{Store, StoreOptions};
+use convlog::Durability;
+use convlog_server::config::hash_token;
+use convlog_server::{Config, Server};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+const CONNECTIONS: usize = 256;
+/// Appends per connection (and per thread in-process) per round.
+const APPENDS_EACH: usize = 40;
+/// `/chat` requests per connection per round (CHAT_CONNECTIONS of them).
+const CHATS_EACH: usize = 20;
+const CHAT_CONNECTIONS: usize = 32;
+const ROUNDS: usize = 3;
+/// The whole run stops here, whatever is left.
+const RUN_LIMIT: Duration = Duration::from_secs(600);
+
+fn event(context: &str, n: usize) -> Value {
+    json!({"type": "conversation_recorded", "conversation_id": context,
+           "entry": {"evaluation_id": "eval-load", "sequence": n, "role": "user", "content": "x".repeat(200)}})
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+async fn fake_upstream() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(|| async {
+            Json(json!({"id": "c", "object": "chat.completion", "created": 0, "model": "fake",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}))
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+/// Runs `each` requests on each of `connections` clients; (requests/s, latencies).
+async fn drive(
+    connections: usize,
+    each: usize,
+    request: impl Fn(usize, usize) -> reqwest::RequestBuilder + Send + Sync + 'static,
+    deadline: Instant,
+) -> (f64, Vec<Duration>) {
+    let request = Arc::new(request);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..connections)
+        .map(|c| {
+            let request = Arc::clone(&request);
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(each);
+                for n in 0..each {
+                    if Instant::now() > deadline {
+                        break;
+                    }
+                    let sent = Instant::now();
+                    let response = request(c, n).send().await.unwrap();
+                    assert!(response.status().is_success(), "{}", response.status());
+                    response.bytes().await.unwrap();
+                    latencies.push(sent.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    all.sort();
+    (all.len() as f64 / elapsed, all)
+}
+
+fn in_process(dir: &std::path::Path, round: usize) -> (f64, Vec<Duration>) {
+    let store = Arc::new(
+        Store::open(
+            dir.join(format!("inproc-{round}")),
+            StoreOptions::new().durability(Durability::Group),
+        )
+        .unwrap(),
+    );
+    let started = Instant::now();
+    let threads: Vec<_> = (0..CONNECTIONS)
+        .map(|t| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                let context = format!("ctx_{t}");
+                let mut latencies = Vec::with_capacity(APPENDS_EACH);
+                for n in 0..APPENDS_EACH {
+                    let events = convlog::json::parse_line(
+                        1,
+                        &event(&context, n).to_string(),
+                        &mut |_, _| Ok(0),
+                    )
+                    .unwrap();
+                    let sent = Instant::now();
+                    store.append(&events).unwrap();
+                    latencies.push(sent.elapsed());
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for thread in threads {
+        all.extend(thread.join().unwrap());
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    all.sort();
+    (all.len() as f64 / elapsed, all)
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let deadline = Instant::now() + RUN_LIMIT;
+        let dir = tempfile::tempdir().unwrap();
+        let upstream = fake_upstream().await;
+        let token = "load-token";
+        let hash: String = hash_token(token).iter().map(|b| format!("{b:02x}")).collect();
+        let config = Config::parse(&format!(
+            "[[agents]]\nid = \"a\"\nprovider = \"openai-compatible\"\nmodel = \"fake\"\nbase_url = \"{upstream}\"\n\n[[users]]\nid = \"load\"\ntoken_sha256 = \"{hash}\"\n"
+        ))
+        .unwrap();
+        let server = Server::open(&dir.path().join("store"), &config, |_| None).await.unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(server.serve(listener, std::future::pending()));
+        let client = reqwest::Client::builder().pool_max_idle_per_host(CONNECTIONS).build().unwrap();
+        for c in 0..CONNECTIONS.max(CHAT_CONNECTIONS) {
+            let response = client.post(format!("{url}/contexts")).bearer_auth(token)
+                .json(&json!({"agent_id": "a", "context_id": format!("ctx_{c}")})).send().await.unwrap();
+            assert_eq!(response.status(), 201);
+        }
+        println!("load: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
+        println!("round | HTTP appends/s | p50 | p99 | in-process Group appends/s | p50 | p99 | ratio | /chat turns/s | p50 | p99");
+        for round in 0..ROUNDS {
+            let base = round * APPENDS_EACH;
+            let (client2, url2) = (client.clone(), url.clone());
+            let (http_rate, http) = drive(CONNECTIONS, APPENDS_EACH, move |c, n| {
+                client2.post(format!("{url2}/contexts/ctx_{c}/events")).bearer_auth(token)
+                    .json(&json!({"events": [event(&format!("ctx_{c}"), base + n)]}))
+            }, deadline).await;
+            let path = dir.path().to_path_buf();
+            let (local_rate, local) = tokio::task::spawn_blocking(move || in_process(&path, round)).await.unwrap();
+            let (client3, url3) = (client.clone(), url.clone());
+            let (chat_rate, chat) = drive(CHAT_CONNECTIONS, CHATS_EACH, move |c, _| {
+                client3.post(format!("{url3}/chat")).bearer_auth(token)
+                    .json(&json!({"context_id": format!("ctx_{c}"), "message": "hi"}))
+            }, deadline).await;
+            let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
+            println!(
+                "{round} | {http_rate:.0} | {} | {} | {local_rate:.0} | {} | {} | {:.2} | {chat_rate:.0} | {} | {}",
+                ms(percentile(&http, 0.5)), ms(percentile(&http, 0.99)),
+                ms(percentile(&local, 0.5)), ms(percentile(&local, 0.99)),
+                http_rate / local_rate,
+                ms(percentile(&chat, 0.5)), ms(percentile(&chat, 0.99)),
+            );
+        }
+        println!("load: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
+    });
+}

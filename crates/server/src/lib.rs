@@ -1,0 +1,429 @@
+//! `convlog serve`: convlog's message-control API over HTTP, one process
+//! owning the store for any number of clients.
+//!
+//! [`Server::open`] opens the store (taking its writer lock), reads the
+//! tokens and starts each agent's upstream client and MCP tools;
+//! [`Server::serve`] answers on a listener until its shutdown future
+//! resolves, then finishes the requests in flight and syncs the store.
+//! [`run`] is the whole of `convlog serve`. `docs/server.md` describes the
+//! configuration, the endpoints and the operations.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod config;
+mod error;
+mod handlers;
+pub mod meta;
+pub mod metrics;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use convlog::control::{ContextsReducer, MessageControl};
+use convlog::store::StoreBuilder;
+use convlog::Store;
+use convlog_agent::{HttpClient, McpServer, Runner, RunnerOptions, Toolset};
+use tokio::net::TcpListener;
+use utoipa::OpenApi;
+
+pub use config::{Config, Tokens};
+pub use error::ApiError;
+
+/// The largest request body, in bytes (413 beyond).
+pub const REQUEST_BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// The most messages one add-messages or set-messages request may carry
+/// (413 beyond).
+pub const MESSAGES_PER_REQUEST_MAX: usize = 1_000;
+/// The longest context id, in characters.
+pub const CONTEXT_ID_CHARS_MAX: usize = 128;
+/// The largest `user_defined` object, in bytes of compact JSON (413 beyond).
+pub const USER_DEFINED_BYTES_MAX: usize = 64 * 1024;
+/// How long one request may take before the server answers 503 (a
+/// generation still running then finishes and is saved as requested).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a shutdown waits for requests in flight.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// The header carrying the request id (taken from the request when it
+/// holds a usable one, else made up), echoed in every response.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+/// The longest request id taken from a request.
+pub const REQUEST_ID_CHARS_MAX: usize = 128;
+
+/// What the handlers share.
+pub struct AppState {
+    store: Arc<Store>,
+    control: MessageControl,
+    tokens: Tokens,
+    agents: BTreeMap<String, Arc<Runner>>,
+    create_lock: parking_lot::Mutex<()>,
+    metrics: metrics::Metrics,
+    handle: tokio::runtime::Handle,
+    _mcp: Vec<McpServer>,
+}
+
+/// The OpenAPI document, from the handlers' own types.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "convlog server", description = "convlog's message-control API: contexts, chat, invoke, add-ai-message, add-messages, set-messages."),
+    paths(
+        handlers::chat,
+        handlers::add_ai_message,
+        handlers::invoke,
+        handlers::add_messages,
+        handlers::set_messages,
+        handlers::create_context,
+        handlers::list_contexts,
+        handlers::get_context,
+        handlers::update_context,
+        handlers::append_events,
+        handlers::resume,
+        handlers::export,
+        handlers::health,
+    ),
+    components(schemas(api::MessageSchema)),
+    modifiers(&BearerAuth)
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The OpenAPI document as JSON.
+pub fn openapi_json() -> String {
+    ApiDoc::openapi()
+        .to_pretty_json()
+        .expect("the OpenAPI document serializes")
+}
+
+/// A server ready to serve: its store open, its agents started.
+pub struct Server {
+    state: Arc<AppState>,
+}
+
+impl Server {
+    /// Opens the store at `store_dir` (creating it if missing; fails with
+    /// the store's lock error when another process writes it), reads the
+    /// tokens (`token_env` through `env`) and starts every agent's client
+    /// and MCP servers.
+    pub async fn open(
+        store_dir: &Path,
+        config: &Config,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Server, String> {
+        let tokens = config.tokens(&env)?;
+        let dir = store_dir.to_path_buf();
+        let store = tokio::task::spawn_blocking(move || {
+            StoreBuilder::new(&dir)
+                .reducer(ContextsReducer)
+                .reducer(meta::ServerMetaReducer)
+                .open()
+        })
+        .await
+        .map_err(|error| error.to_string())?
+        .map_err(|error| error.to_string())?;
+        let store = Arc::new(store);
+        let mut agents = BTreeMap::new();
+        let mut mcp = Vec::new();
+        for agent in &config.agents {
+            let client = HttpClient::new(agent.client_config(&env)?);
+            let mut tools = Toolset::new();
+            for server in &agent.mcp {
+                let started = McpServer::spawn(&server.command, &server.args)
+                    .await
+                    .map_err(|error| {
+                        format!(
+                            "agent {:?}: MCP server {:?} did not start: {error}",
+                            agent.id, server.command
+                        )
+                    })?;
+                tools.insert_mcp(&started);
+                mcp.push(started);
+            }
+            let mut options =
+                RunnerOptions::new().default_system_prompt(agent.system_prompt.clone());
+            if let Some(max_steps) = agent.max_steps {
+                options = options.max_steps(max_steps);
+            }
+            let runner = Runner::new(Arc::clone(&store), Arc::new(client), tools, options);
+            agents.insert(agent.id.clone(), Arc::new(runner));
+        }
+        Ok(Server {
+            state: Arc::new(AppState {
+                control: MessageControl::new(Arc::clone(&store)),
+                store,
+                tokens,
+                agents,
+                create_lock: parking_lot::Mutex::new(()),
+                metrics: metrics::Metrics::default(),
+                handle: tokio::runtime::Handle::current(),
+                _mcp: mcp,
+            }),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.state.store
+    }
+
+    /// The HTTP routes.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/chat", post(handlers::chat))
+            .route("/chat/add-ai-message", post(handlers::add_ai_message))
+            .route("/chat/invoke", post(handlers::invoke))
+            .route("/context/add-messages", post(handlers::add_messages))
+            .route("/context/set-messages", post(handlers::set_messages))
+            .route(
+                "/contexts",
+                post(handlers::create_context).get(handlers::list_contexts),
+            )
+            .route(
+                "/contexts/{context_id}",
+                get(handlers::get_context).patch(handlers::update_context),
+            )
+            .route(
+                "/contexts/{context_id}/events",
+                post(handlers::append_events),
+            )
+            .route("/contexts/{context_id}/resume", get(handlers::resume))
+            .route("/contexts/{context_id}/export", get(handlers::export))
+            .route("/health", get(handlers::health))
+            .route("/openapi.json", get(openapi))
+            .route("/metrics", get(render_metrics))
+            .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
+            .layer(DefaultBodyLimit::max(REQUEST_BODY_BYTES_MAX))
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&self.state),
+                request_frame,
+            ))
+            .with_state(Arc::clone(&self.state))
+    }
+
+    /// Serves on `listener` until `shutdown` resolves; then stops
+    /// accepting, waits up to [`SHUTDOWN_GRACE`] for the requests in
+    /// flight, and syncs the store.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), String> {
+        let router = self.router();
+        let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+        let signal = async move {
+            shutdown.await;
+            let _ = stopping_tx.send(());
+        };
+        let serving = axum::serve(listener, router).with_graceful_shutdown(signal);
+        let serving = tokio::spawn(async move { serving.await });
+        tokio::pin!(serving);
+        tokio::select! {
+            result = &mut serving => {
+                result.map_err(|error| error.to_string())?.map_err(|error| error.to_string())?;
+            }
+            _ = async {
+                let _ = stopping_rx.await;
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } => {
+                tracing::warn!("requests still in flight after {SHUTDOWN_GRACE:?}: stopping anyway");
+            }
+        }
+        let store = Arc::clone(&self.state.store);
+        tokio::task::spawn_blocking(move || store.sync())
+            .await
+            .map_err(|error| error.to_string())?
+            .map_err(|error| error.to_string())?;
+        tracing::info!("store synced; server stopped");
+        Ok(())
+    }
+}
+
+async fn openapi() -> Response {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        openapi_json(),
+    )
+        .into_response()
+}
+
+async fn render_metrics(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+) -> Response {
+    let events = state.store.stats().next_lsn.saturating_sub(1);
+    let contexts = state
+        .control
+        .registry()
+        .map_or(0, |registry| registry.len());
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(events, contexts),
+    )
+        .into_response()
+}
+
+async fn not_found(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("No endpoint {} {}", request.method(), request.uri().path()),
+    )
+}
+
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "Method {} is not allowed on {}",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}
+
+/// The request id, a log line per request, and the request timeout.
+async fn request_frame(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let header = HeaderName::from_static(REQUEST_ID_HEADER);
+    let id = request
+        .headers()
+        .get(&header)
+        .and_then(|value| value.to_str().ok())
+        .filter(|id| {
+            !id.is_empty()
+                && id.len() <= REQUEST_ID_CHARS_MAX
+                && id.bytes().all(|b| b.is_ascii_graphic())
+        })
+        .map(str::to_string)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    let value = HeaderValue::from_str(&id).expect("a checked request id is a header value");
+    request.headers_mut().insert(header.clone(), value.clone());
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |matched| matched.as_str())
+        .to_string();
+    let started = Instant::now();
+    let mut response = match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "The request took longer than {} s",
+                REQUEST_TIMEOUT.as_secs()
+            ),
+        )
+        .into_response(),
+    };
+    response.headers_mut().insert(header, value);
+    state
+        .metrics
+        .observe(&route, response.status().as_u16(), started.elapsed());
+    tracing::info!(
+        request_id = %id,
+        %method,
+        path,
+        status = response.status().as_u16(),
+        micros = started.elapsed().as_micros() as u64,
+        "request"
+    );
+    response
+}
+
+/// `convlog serve`'s arguments.
+#[derive(Debug, Clone)]
+pub struct ServeArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The configuration file.
+    pub config: PathBuf,
+}
+
+/// The default listening address: loopback only (TLS and outside access
+/// belong to a reverse proxy).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// `convlog serve`: reads the configuration, opens the store, listens, and
+/// serves until SIGTERM or SIGINT. Prints `listening on ADDR` on standard
+/// error once it accepts connections.
+pub fn run(args: ServeArgs) -> Result<(), String> {
+    let config = Config::load(&args.config)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| format!("cannot start the runtime: {error}"))?;
+    let result = runtime.block_on(async {
+        // Before anything else: a signal during startup stops it cleanly.
+        let shutdown = shutdown_signal()?;
+        let server = Server::open(&args.store, &config, |name| std::env::var(name).ok()).await?;
+        let listener = TcpListener::bind(args.listen)
+            .await
+            .map_err(|error| format!("cannot listen on {}: {error}", args.listen))?;
+        let address = listener.local_addr().map_err(|error| error.to_string())?;
+        eprintln!("listening on {address}");
+        tracing::info!(%address, store = %args.store.display(), "listening");
+        server.serve(listener, shutdown).await
+    });
+    runtime.shutdown_timeout(SHUTDOWN_GRACE);
+    result
+}
+
+/// Resolves on SIGTERM or SIGINT. The handlers are installed when this
+/// is called (not when the future is first polled), so a signal that
+/// arrives at any later point stops the server cleanly instead of killing
+/// it. Must be called inside a runtime.
+pub fn shutdown_signal() -> Result<impl Future<Output = ()> + Send + 'static, String> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let install = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|error| format!("cannot handle {name}: {error}"))
+        };
+        let mut terminate = install(SignalKind::terminate(), "SIGTERM")?;
+        let mut interrupt = install(SignalKind::interrupt(), "SIGINT")?;
+        Ok(async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            tracing::info!("shutdown requested");
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("shutdown requested");
+        })
+    }
+}

@@ -1,0 +1,102 @@
+//! `GET /metrics`: Prometheus text.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+/// Upper bounds of the request latency histogram's buckets, in seconds.
+pub const LATENCY_BUCKETS_SECONDS: [f64; 10] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5, 30.0];
+
+#[derive(Default)]
+struct Counts {
+    /// Requests by (route, status).
+    requests: BTreeMap<(String, u16), u64>,
+    /// Cumulative counts per bucket, then the total.
+    buckets: [u64; LATENCY_BUCKETS_SECONDS.len()],
+    count: u64,
+    sum_seconds: f64,
+}
+
+/// The server's counters.
+#[derive(Default)]
+pub struct Metrics {
+    counts: Mutex<Counts>,
+}
+
+impl Metrics {
+    /// Counts one answered request.
+    pub fn observe(&self, route: &str, status: u16, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        let mut counts = self.counts.lock();
+        *counts
+            .requests
+            .entry((route.to_string(), status))
+            .or_default() += 1;
+        for (bucket, bound) in counts.buckets.iter_mut().zip(LATENCY_BUCKETS_SECONDS) {
+            if seconds <= bound {
+                *bucket += 1;
+            }
+        }
+        counts.count += 1;
+        counts.sum_seconds += seconds;
+    }
+
+    /// The text exposition, with the store's event count.
+    pub fn render(&self, store_events: u64, contexts: usize) -> String {
+        let counts = self.counts.lock();
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# HELP convlog_server_requests_total Requests answered, by route and status."
+        );
+        let _ = writeln!(out, "# TYPE convlog_server_requests_total counter");
+        for ((route, status), count) in &counts.requests {
+            let _ = writeln!(
+                out,
+                "convlog_server_requests_total{{route=\"{route}\",status=\"{status}\"}} {count}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP convlog_server_request_duration_seconds Time to answer a request."
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE convlog_server_request_duration_seconds histogram"
+        );
+        for (bucket, bound) in counts.buckets.iter().zip(LATENCY_BUCKETS_SECONDS) {
+            let _ = writeln!(
+                out,
+                "convlog_server_request_duration_seconds_bucket{{le=\"{bound}\"}} {bucket}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "convlog_server_request_duration_seconds_bucket{{le=\"+Inf\"}} {}",
+            counts.count
+        );
+        let _ = writeln!(
+            out,
+            "convlog_server_request_duration_seconds_sum {}",
+            counts.sum_seconds
+        );
+        let _ = writeln!(
+            out,
+            "convlog_server_request_duration_seconds_count {}",
+            counts.count
+        );
+        let _ = writeln!(
+            out,
+            "# HELP convlog_store_events Events in the store's log (its last LSN)."
+        );
+        let _ = writeln!(out, "# TYPE convlog_store_events gauge");
+        let _ = writeln!(out, "convlog_store_events {store_events}");
+        let _ = writeln!(out, "# HELP convlog_server_contexts Contexts in the store.");
+        let _ = writeln!(out, "# TYPE convlog_server_contexts gauge");
+        let _ = writeln!(out, "convlog_server_contexts {contexts}");
+        out
+    }
+}

@@ -1,0 +1,860 @@
+//! The server end to end over real loopback HTTP: every endpoint, every
+//! error of the message-control document, against a scripted fake
+//! upstream (OpenAI Chat Completions) and the real MCP tool server.
+
+mod support;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+use support::{calls, text, TestServer, ALICE, BOB};
+
+const NOT_OWNER: &str = "Context does not belong to user";
+
+fn error(body: &Value) -> &str {
+    body["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error in {body}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn contexts_are_created_read_listed_and_published_by_their_owner() {
+    let server = TestServer::start(false).await;
+    let (status, created) = server
+        .post(
+            "/contexts",
+            ALICE,
+            json!({"agent_id": "assistant", "context_id": "ctx_123", "user_defined": {"title": "trip"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["context_id"], "ctx_123");
+    assert_eq!(created["agent_id"], "assistant");
+    assert_eq!(created["user_id"], "alice");
+    assert_eq!(created["public"], false);
+    assert_eq!(created["messages"], json!([]));
+    assert_eq!(created["user_defined"], json!({"title": "trip"}));
+    assert!(created["created_at"].as_i64().unwrap() > 1_700_000_000);
+    assert_eq!(created["updated_at"], created["created_at"]);
+
+    // A made-up id when none is given.
+    let (status, other) = server
+        .post("/contexts", ALICE, json!({"agent_id": "assistant"}))
+        .await;
+    assert_eq!(status, 201);
+    assert!(other["context_id"].as_str().unwrap().starts_with("ctx_"));
+
+    // Conflicts and bad input.
+    let (status, body) = server
+        .post(
+            "/contexts",
+            BOB,
+            json!({"agent_id": "assistant", "context_id": "ctx_123"}),
+        )
+        .await;
+    assert_eq!(
+        (status, error(&body)),
+        (409, "Context with id: ctx_123 already exists")
+    );
+    let (status, body) = server
+        .post("/contexts", ALICE, json!({"agent_id": "nobody"}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        error(&body).starts_with("Unknown agent_id \"nobody\""),
+        "{body}"
+    );
+    let (status, body) = server
+        .post(
+            "/contexts",
+            ALICE,
+            json!({"agent_id": "assistant", "context_id": "a b"}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        error(&body).starts_with("context_id must be 1 to 128"),
+        "{body}"
+    );
+
+    // Reading: the owner, not bob while it is private.
+    let (status, body) = server.get("/contexts/ctx_123", ALICE).await;
+    assert_eq!(
+        (status, body["context_id"].clone()),
+        (200, json!("ctx_123"))
+    );
+    let (status, body) = server.get("/contexts/ctx_123", BOB).await;
+    assert_eq!((status, error(&body)), (403, NOT_OWNER));
+    let (status, body) = server.get("/contexts/ctx_404", ALICE).await;
+    assert_eq!(
+        (status, error(&body)),
+        (404, "Context with id: ctx_404 does not exist")
+    );
+
+    // Listing: each user's own.
+    let (status, list) = server.get("/contexts", ALICE).await;
+    assert_eq!(status, 200);
+    assert_eq!(list["contexts"].as_array().unwrap().len(), 2);
+    let (_, list) = server.get("/contexts", BOB).await;
+    assert_eq!(list["contexts"], json!([]));
+
+    // Publishing: only the owner; then bob reads but still cannot write.
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/contexts/ctx_123",
+            Some(BOB),
+            Some(json!({"public": true})),
+        )
+        .await;
+    assert_eq!((status, error(&body)), (403, NOT_OWNER));
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/contexts/ctx_123",
+            Some(ALICE),
+            Some(json!({"public": true})),
+        )
+        .await;
+    assert_eq!((status, body["public"].clone()), (200, json!(true)));
+    let (status, _) = server.get("/contexts/ctx_123", BOB).await;
+    assert_eq!(status, 200);
+    for (path, body) in [
+        (
+            "/context/add-messages",
+            json!({"context_id": "ctx_123", "messages": [{"sender": "human", "message": "hi"}]}),
+        ),
+        (
+            "/context/set-messages",
+            json!({"context_id": "ctx_123", "messages": []}),
+        ),
+        ("/chat", json!({"context_id": "ctx_123", "message": "hi"})),
+        ("/chat/invoke", json!({"context_id": "ctx_123"})),
+        (
+            "/chat/add-ai-message",
+            json!({"context_id": "ctx_123", "message": "hi"}),
+        ),
+    ] {
+        let (status, answer) = server.post(path, BOB, body).await;
+        assert_eq!((status, error(&answer)), (403, NOT_OWNER), "{path}");
+    }
+    assert_eq!(server.messages("ctx_123").await, json!([]));
+    assert!(server.upstream.requests().is_empty());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_endpoint_wants_a_valid_bearer_token() {
+    let server = TestServer::start(false).await;
+    server.create("ctx_1").await;
+    for (method, path) in [
+        (Method::POST, "/chat"),
+        (Method::POST, "/chat/add-ai-message"),
+        (Method::POST, "/chat/invoke"),
+        (Method::POST, "/context/add-messages"),
+        (Method::POST, "/context/set-messages"),
+        (Method::POST, "/contexts"),
+        (Method::GET, "/contexts"),
+        (Method::GET, "/contexts/ctx_1"),
+        (Method::PATCH, "/contexts/ctx_1"),
+    ] {
+        let (status, body) = server
+            .call(
+                method.clone(),
+                path,
+                None,
+                Some(json!({"context_id": "ctx_1"})),
+            )
+            .await;
+        assert_eq!(status, 401, "{method} {path}: {body}");
+        assert!(error(&body).starts_with("Missing bearer token"));
+        let (status, body) = server
+            .call(
+                method.clone(),
+                path,
+                Some("wrong"),
+                Some(json!({"context_id": "ctx_1"})),
+            )
+            .await;
+        assert_eq!(
+            (status, error(&body)),
+            (401, "Invalid bearer token"),
+            "{method} {path}"
+        );
+    }
+    let response = server
+        .http
+        .get(format!("{}/contexts", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["www-authenticate"], "Bearer");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_saves_the_turn_or_previews_it_for_approval() {
+    let mcp = support::mcp_available();
+    let server = TestServer::start(mcp).await;
+    server.create("ctx_123").await;
+    let (tool, input, output) = if mcp {
+        ("add", r#"{"a":2,"b":3}"#, "5")
+    } else {
+        ("client_side", r#"{"q":"x"}"#, "")
+    };
+    if mcp {
+        server
+            .upstream
+            .push([calls(&[("call_1", tool, input)]), text("The sum is 5.")]);
+        let (status, body) = server
+            .post(
+                "/chat",
+                ALICE,
+                json!({"context_id": "ctx_123", "message": "2+3?"}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["response"], "The sum is 5.");
+        assert_eq!(body["saved_ai_messages"], true);
+        assert_eq!(body["events"], json!([]));
+        let generated = json!([
+            {"type": "tool_call", "tool_call_id": "call_1", "tool_name": "add", "tool_input": {"a": 2, "b": 3}},
+            {"type": "tool_response", "tool_call_id": "call_1", "tool_output": output},
+            {"sender": "ai", "message": "The sum is 5."},
+        ]);
+        assert_eq!(body["generated_messages"], generated);
+        let mut expected = vec![json!({"sender": "human", "message": "2+3?"})];
+        expected.extend(generated.as_array().unwrap().iter().cloned());
+        assert_eq!(server.messages("ctx_123").await, json!(expected));
+        // The model was shown the tool's output.
+        let requests = server.upstream.requests();
+        assert_eq!(requests.len(), 2);
+        assert!(requests[1]["messages"].to_string().contains("call_1"));
+        assert!(requests[0]["tools"].to_string().contains("\"add\""));
+    }
+
+    // Preview: the human message is saved, the answer only returned.
+    let before = server.messages("ctx_123").await.as_array().unwrap().len();
+    server.upstream.push([text("Preview answer.")]);
+    let (status, body) = server
+        .post(
+            "/chat",
+            ALICE,
+            json!({"context_id": "ctx_123", "message": "Weather?", "save_ai_messages": false}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["saved_ai_messages"], false);
+    assert_eq!(
+        body["generated_messages"],
+        json!([{"sender": "ai", "message": "Preview answer."}])
+    );
+    let stored = server.messages("ctx_123").await;
+    assert_eq!(stored.as_array().unwrap().len(), before + 1);
+    assert_eq!(
+        stored[before],
+        json!({"sender": "human", "message": "Weather?"})
+    );
+
+    // Approve: add the generated messages.
+    let (status, context) = server
+        .post(
+            "/context/add-messages",
+            ALICE,
+            json!({"context_id": "ctx_123", "messages": body["generated_messages"]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{context}");
+    assert_eq!(context["messages"].as_array().unwrap().len(), before + 2);
+    assert_eq!(
+        context["messages"][before + 1],
+        json!({"sender": "ai", "message": "Preview answer."})
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_the_server_cannot_run_comes_back_pending_and_the_client_completes_it() {
+    let server = TestServer::start(false).await;
+    server.create("ctx_1").await;
+    server
+        .upstream
+        .push([calls(&[("call_9", "client_side", r#"{"q":"x"}"#)])]);
+    let (status, body) = server
+        .post(
+            "/chat",
+            ALICE,
+            json!({"context_id": "ctx_1", "message": "Look it up", "save_ai_messages": false}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["generated_messages"],
+        json!([{"type": "tool_call", "tool_call_id": "call_9", "tool_name": "client_side", "tool_input": {"q": "x"}}])
+    );
+    // The client runs it, records call and response, and invokes.
+    let call = body["generated_messages"][0].clone();
+    let (status, _) = server
+        .post(
+            "/context/add-messages",
+            ALICE,
+            json!({"context_id": "ctx_1", "messages": [call, {"type": "tool_response", "tool_call_id": "call_9", "tool_output": "found it"}]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    server.upstream.push([text("It says: found it.")]);
+    let (status, body) = server
+        .post("/chat/invoke", ALICE, json!({"context_id": "ctx_1"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["response"], "It says: found it.");
+    let last = server.upstream.requests().pop().unwrap();
+    assert!(last["messages"].to_string().contains("found it"), "{last}");
+    let stored = server.messages("ctx_1").await;
+    assert_eq!(stored.as_array().unwrap().len(), 4, "{stored}");
+    assert_eq!(
+        stored[3],
+        json!({"sender": "ai", "message": "It says: found it."})
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn add_ai_message_saves_per_its_four_cases() {
+    let server = TestServer::start(false).await;
+    server.create("ctx_1").await;
+    let path = "/chat/add-ai-message";
+
+    // A pre-written message: always saved, nothing generated.
+    let (status, body) = server
+        .post(
+            path,
+            ALICE,
+            json!({"context_id": "ctx_1", "message": "Done.", "save_ai_messages": false}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body,
+        json!({"response": "Done.", "saved_ai_messages": true, "generated_messages": [], "events": []})
+    );
+    let mut expected = vec![json!({"sender": "ai", "message": "Done."})];
+    assert_eq!(server.messages("ctx_1").await, json!(expected));
+
+    let cases = [
+        // (save_system_message, save_ai_messages)
+        (true, true),
+        (true, false),
+        (false, true),
+        (false, false),
+    ];
+    for (case, (save_system, save_ai)) in cases.into_iter().enumerate() {
+        let prompt = format!("prompt {}", case + 1);
+        let answer = format!("answer {}", case + 1);
+        server.upstream.push([text(&answer)]);
+        let (status, body) = server
+            .post(
+                path,
+                ALICE,
+                json!({"context_id": "ctx_1", "prompt": prompt, "save_system_message": save_system, "save_ai_messages": save_ai}),
+            )
+            .await;
+        assert_eq!(status, 200, "case {}: {body}", case + 1);
+        assert_eq!(body["response"], answer.as_str());
+        assert_eq!(body["saved_ai_messages"], save_ai);
+        assert_eq!(
+            body["generated_messages"],
+            json!([{"sender": "ai", "message": answer}])
+        );
+        // The model saw the prompt either way.
+        let request = server.upstream.requests().pop().unwrap();
+        assert!(
+            request["messages"].to_string().contains(&prompt),
+            "case {}",
+            case + 1
+        );
+        if save_system {
+            expected.push(json!({"sender": "system", "message": prompt}));
+        }
+        if save_ai {
+            expected.push(json!({"sender": "ai", "message": answer}));
+        }
+        assert_eq!(
+            server.messages("ctx_1").await,
+            json!(expected),
+            "case {}",
+            case + 1
+        );
+    }
+
+    // The defaults are case 1.
+    server.upstream.push([text("default")]);
+    let (status, _) = server
+        .post(path, ALICE, json!({"context_id": "ctx_1", "prompt": "p"}))
+        .await;
+    assert_eq!(status, 200);
+    expected.push(json!({"sender": "system", "message": "p"}));
+    expected.push(json!({"sender": "ai", "message": "default"}));
+    assert_eq!(server.messages("ctx_1").await, json!(expected));
+
+    // message xor prompt.
+    let (status, body) = server
+        .post(
+            path,
+            ALICE,
+            json!({"context_id": "ctx_1", "message": "a", "prompt": "b"}),
+        )
+        .await;
+    assert_eq!(
+        (status, error(&body)),
+        (400, "Provide either message or prompt, not both")
+    );
+    let (status, body) = server
+        .post(path, ALICE, json!({"context_id": "ctx_1"}))
+        .await;
+    assert_eq!(
+        (status, error(&body)),
+        (400, "Provide either message or prompt")
+    );
+    assert_eq!(server.messages("ctx_1").await, json!(expected));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invoke_answers_the_stored_conversation_and_previews() {
+    let server = TestServer::start(false).await;
+    server.create("ctx_1").await;
+    let manual = json!([
+        {"sender": "human", "message": "Search for user data"},
+        {"type": "tool_call", "tool_call_id": "call_1", "tool_name": "database_search", "tool_input": {"table": "users"}},
+        {"type": "tool_response", "tool_call_id": "call_1", "tool_output": "Found 100 active users"},
+    ]);
+    let (status, context) = server
+        .post(
+            "/context/add-messages",
+            ALICE,
+            json!({"context_id": "ctx_1", "messages": manual}),
+        )
+        .await;
+    assert_eq!(status, 200, "{context}");
+    assert_eq!(context["messages"], manual);
+
+    server.upstream.push([text("100 users are active.")]);
+    let (status, body) = server
+        .post(
+            "/chat/invoke",
+            ALICE,
+            json!({"context_id": "ctx_1", "save_ai_messages": false}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["saved_ai_messages"], false);
+    assert_eq!(server.messages("ctx_1").await, manual);
+    assert!(server.upstream.requests()[0]["messages"]
+        .to_string()
+        .contains("Found 100 active users"));
+
+    server.upstream.push([text("100 users are active.")]);
+    let (status, body) = server
+        .post("/chat/invoke", ALICE, json!({"context_id": "ctx_1"}))
+        .await;
+    assert_eq!(
+        (status, body["saved_ai_messages"].clone()),
+        (200, json!(true))
+    );
+    assert_eq!(server.messages("ctx_1").await.as_array().unwrap().len(), 4);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn set_messages_replaces_and_validation_errors_change_nothing() {
+    let server = TestServer::start(false).await;
+    server.create("ctx_123").await;
+    let fresh = json!([
+        {"sender": "system", "message": "This is a fresh conversation"},
+        {"sender": "human", "message": "Hello, starting over"},
+    ]);
+    let (status, context) = server
+        .post(
+            "/context/add-messages",
+            ALICE,
+            json!({"context_id": "ctx_123", "messages": [{"sender": "human", "message": "old"}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{context}");
+    let (status, context) = server
+        .post(
+            "/context/set-messages",
+            ALICE,
+            json!({"context_id": "ctx_123", "messages": fresh}),
+        )
+        .await;
+    assert_eq!(status, 200, "{context}");
+    assert_eq!(context["messages"], fresh);
+    for key in [
+        "context_id",
+        "agent_id",
+        "user_id",
+        "messages",
+        "user_defined",
+        "created_at",
+        "updated_at",
+    ] {
+        assert!(context.get(key).is_some(), "{key} missing from {context}");
+    }
+
+    let bad = [
+        (
+            json!([{"type": "tool_response", "tool_call_id": "call_123", "tool_output": "x"}]),
+            "Tool responses found without corresponding tool calls: ['call_123']",
+        ),
+        (
+            json!([
+                {"type": "tool_response", "tool_call_id": "call_1", "tool_output": "x"},
+                {"type": "tool_call", "tool_call_id": "call_1", "tool_name": "t", "tool_input": {}},
+            ]),
+            "Tool response with ID 'call_1' appears before its corresponding tool call",
+        ),
+        (
+            json!([{"type": "tool_call", "tool_call_id": "call_2", "tool_name": "t", "tool_input": {}}]),
+            "Tool calls found without corresponding responses: ['call_2']",
+        ),
+    ];
+    for path in ["/context/add-messages", "/context/set-messages"] {
+        for (messages, text) in &bad {
+            let (status, body) = server
+                .post(
+                    path,
+                    ALICE,
+                    json!({"context_id": "ctx_123", "messages": messages}),
+                )
+                .await;
+            assert_eq!((status, error(&body)), (400, *text), "{path}");
+        }
+        let (status, body) = server
+            .post(
+                path,
+                ALICE,
+                json!({"context_id": "ctx_404", "messages": []}),
+            )
+            .await;
+        assert_eq!(
+            (status, error(&body)),
+            (404, "Context with id: ctx_404 does not exist")
+        );
+    }
+    assert_eq!(server.messages("ctx_123").await, fresh);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_and_oversized_requests_are_refused_with_their_codes() {
+    let server = TestServer::start(false).await;
+    server.create("ctx_1").await;
+    let raw = |body: &'static str| {
+        server
+            .http
+            .post(format!("{}/context/add-messages", server.url))
+            .bearer_auth(ALICE)
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    for (body, want) in [
+        ("{not json", "Invalid JSON body"),
+        (r#"{"messages": []}"#, "missing field `context_id`"),
+        (
+            r#"{"context_id": "ctx_1", "messages": [{"sender": "robot", "message": "x"}]}"#,
+            "messages[0]",
+        ),
+        (
+            r#"{"context_id": "ctx_1", "messages": [], "extra": 1}"#,
+            "unknown field `extra`",
+        ),
+    ] {
+        let response = raw(body).send().await.unwrap();
+        assert_eq!(response.status(), 422, "{body}");
+        let answer: Value = response.json().await.unwrap();
+        assert!(error(&answer).contains(want), "{body}: {answer}");
+    }
+    // Over the body limit.
+    let big = "x".repeat(convlog_server::REQUEST_BODY_BYTES_MAX + 1);
+    let (status, body) = server
+        .post(
+            "/context/add-messages",
+            ALICE,
+            json!({"context_id": "ctx_1", "messages": [{"sender": "human", "message": big}]}),
+        )
+        .await;
+    assert_eq!(status, 413, "{body}");
+    assert!(body["error"].is_string());
+    // Over the message count limit.
+    let many: Vec<Value> = (0..=convlog_server::MESSAGES_PER_REQUEST_MAX)
+        .map(|_| json!({"sender": "human", "message": "x"}))
+        .collect();
+    let (status, body) = server
+        .post(
+            "/context/add-messages",
+            ALICE,
+            json!({"context_id": "ctx_1", "messages": many}),
+        )
+        .await;
+    assert_eq!(status, 413);
+    assert!(
+        error(&body).starts_with("Too many messages: 1001"),
+        "{body}"
+    );
+    assert_eq!(server.messages("ctx_1").await, json!([]));
+    // Unknown routes and methods answer in the same shape.
+    let (status, body) = server.get("/nowhere", ALICE).await;
+    assert_eq!((status, error(&body)), (404, "No endpoint GET /nowhere"));
+    let (status, body) = server.get("/chat", ALICE).await;
+    assert_eq!(status, 405);
+    assert!(body["error"].is_string());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upstream_failure_is_a_502_and_keeps_the_human_message() {
+    let server = TestServer::start(false).await;
+    server.create("ctx_1").await;
+    // No scripted reply: the fake upstream answers 400.
+    let (status, body) = server
+        .post(
+            "/chat",
+            ALICE,
+            json!({"context_id": "ctx_1", "message": "hello"}),
+        )
+        .await;
+    assert_eq!(status, 502, "{body}");
+    assert!(error(&body).contains("no scripted reply left"), "{body}");
+    assert_eq!(
+        server.messages("ctx_1").await,
+        json!([{"sender": "human", "message": "hello"}])
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_openapi_and_request_ids() {
+    let server = TestServer::start(false).await;
+    let response = server
+        .http
+        .get(format!("{}/health", server.url))
+        .header("x-request-id", "req-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-request-id"], "req-42");
+    let health: Value = response.json().await.unwrap();
+    assert_eq!(health["status"], "ok");
+    let response = server
+        .http
+        .get(format!("{}/contexts", server.url))
+        .send()
+        .await
+        .unwrap();
+    let made_up = response.headers()["x-request-id"].to_str().unwrap();
+    assert_eq!(made_up.len(), 32);
+
+    let (status, document) = server.call(Method::GET, "/openapi.json", None, None).await;
+    assert_eq!(status, 200);
+    assert!(document["openapi"].as_str().unwrap().starts_with("3."));
+    for path in [
+        "/chat",
+        "/chat/add-ai-message",
+        "/chat/invoke",
+        "/context/add-messages",
+        "/context/set-messages",
+        "/contexts",
+        "/contexts/{context_id}",
+        "/health",
+    ] {
+        assert!(document["paths"].get(path).is_some(), "{path} missing");
+    }
+    let chat = &document["components"]["schemas"]["ChatRequest"];
+    assert_eq!(chat["properties"]["save_ai_messages"]["default"], true);
+    assert!(document["components"]["schemas"].get("Message").is_some());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_finishes_the_run_in_flight_and_syncs() {
+    let mut server = TestServer::start(false).await;
+    server.create("ctx_1").await;
+    server.upstream.push([text("finished")]);
+    let gate = server.upstream.hold();
+    let received = server.upstream.received.notified();
+    let url = format!("{}/chat", server.url);
+    let http = server.http.clone();
+    let chat = tokio::spawn(async move {
+        http.post(url)
+            .bearer_auth(ALICE)
+            .json(&json!({"context_id": "ctx_1", "message": "hello"}))
+            .send()
+            .await
+            .unwrap()
+    });
+    received.await;
+    // The run is at the upstream: shut down now, then let it answer.
+    server.request_stop();
+    gate.add_permits(1);
+    let response = chat.await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["response"], "finished");
+    let dir = server.stopped().await;
+    // The store is released and holds the whole turn.
+    let store = convlog::store::StoreBuilder::new(dir.path().join("store"))
+        .reducer(convlog::control::ContextsReducer)
+        .open()
+        .unwrap();
+    let entries: Vec<_> = store
+        .conversation("ctx_1")
+        .unwrap()
+        .entries()
+        .map(|entry| entry.content.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(entries, ["hello", "finished"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn events_append_in_json_form_and_resume_and_export_read_them() {
+    let server = TestServer::start(false).await;
+    server.create("ctx_9").await;
+    let batch = json!({"events": [
+        {"type": "conversation_recorded", "conversation_id": "ctx_9", "entry": {"evaluation_id": "eval-1", "role": "user", "content": "6*7?"}},
+        {"type": "conversation_recorded", "conversation_id": "ctx_9", "entry": {"evaluation_id": "eval-1", "turn": 1, "role": "assistant", "tool_calls": [{"call_id": "calc_1", "name": "calculator", "arguments": "{\"expr\":\"6*7\"}"}]}},
+    ]});
+    let (status, body) = server
+        .post("/contexts/ctx_9/events", ALICE, batch.clone())
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["last_lsn"].as_u64().unwrap(),
+        body["first_lsn"].as_u64().unwrap() + 1
+    );
+
+    // Resume: the call is unfinished.
+    let (status, state) = server.get("/contexts/ctx_9/resume", ALICE).await;
+    assert_eq!(status, 200, "{state}");
+    assert_eq!(state["evaluation_id"], "eval-1");
+    assert_eq!(state["unfinished_calls"][0]["call"]["call_id"], "calc_1");
+    let (status, body) = server
+        .get("/contexts/ctx_9/resume?evaluation=eval-404", ALICE)
+        .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, body) = server
+        .get("/contexts/ctx_9/resume?evaluaton=x", ALICE)
+        .await;
+    assert_eq!(status, 400);
+    assert!(error(&body).starts_with("Unknown query parameter \"evaluaton\""));
+
+    // Export: the pending call dropped by default, answered with an error on request.
+    let (status, request) = server
+        .get("/contexts/ctx_9/export?format=openai", ALICE)
+        .await;
+    assert_eq!(status, 200, "{request}");
+    assert_eq!(
+        request["messages"],
+        json!([{"role": "user", "content": "6*7?"}])
+    );
+    let (_, request) = server
+        .get(
+            "/contexts/ctx_9/export?format=anthropic&pending=error",
+            ALICE,
+        )
+        .await;
+    assert!(
+        request["messages"].to_string().contains("calc_1"),
+        "{request}"
+    );
+    let (status, body) = server
+        .get("/contexts/ctx_9/export?format=cobol", ALICE)
+        .await;
+    assert_eq!(status, 400);
+    assert!(error(&body).starts_with("format must be one of"));
+    let (status, body) = server
+        .get("/contexts/ctx_9/export?format=openai&curate=bogus=1", ALICE)
+        .await;
+    assert_eq!(status, 400, "{body}");
+
+    // Refused: another conversation, a reserved kind, bad events, another user.
+    let (status, body) = server
+        .post("/contexts/ctx_9/events", ALICE, json!({"events": [
+            {"type": "conversation_recorded", "conversation_id": "other", "entry": {"evaluation_id": "e", "role": "user", "content": "x"}}
+        ]}))
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        error(&body).contains("conversation_id must be the context's"),
+        "{body}"
+    );
+    let (status, body) = server
+        .post("/contexts/ctx_9/events", ALICE, json!({"events": [
+            {"type": "custom", "conversation_id": "ctx_9", "kind": "convlog.context.visibility", "payload": "eyJwdWJsaWMiOnRydWV9"}
+        ]}))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(error(&body).contains("reserved to the server"), "{body}");
+    let (status, body) = server
+        .post(
+            "/contexts/ctx_9/events",
+            ALICE,
+            json!({"events": [{"type": "conversation_recorded"}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, _) = server
+        .post("/contexts/ctx_9/events", ALICE, json!({"events": []}))
+        .await;
+    assert_eq!(status, 400);
+    for path in [
+        "/contexts/ctx_9/resume",
+        "/contexts/ctx_9/export?format=openai",
+    ] {
+        let (status, body) = server.get(path, BOB).await;
+        assert_eq!((status, error(&body)), (403, NOT_OWNER), "{path}");
+    }
+    let (status, body) = server.post("/contexts/ctx_9/events", BOB, batch).await;
+    assert_eq!((status, error(&body)), (403, NOT_OWNER));
+    let (_, state) = server.get("/contexts/ctx_9/resume", ALICE).await;
+    assert_eq!(
+        state["next_sequence"], 2,
+        "nothing refused was stored: {state}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_requests_by_route_and_status() {
+    let server = TestServer::start(false).await;
+    server.create("ctx_1").await;
+    let (status, _) = server.get("/contexts/ctx_404", ALICE).await;
+    assert_eq!(status, 404);
+    let text = server
+        .http
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        text.contains("convlog_server_requests_total{route=\"/contexts\",status=\"201\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "convlog_server_requests_total{route=\"/contexts/{context_id}\",status=\"404\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("convlog_server_request_duration_seconds_count 2"),
+        "{text}"
+    );
+    assert!(text.contains("convlog_store_events 2\n"), "{text}");
+    assert!(text.contains("convlog_server_contexts 1\n"), "{text}");
+    server.stop().await;
+}

@@ -127,8 +127,9 @@ fn is_known_version(version: u8) -> bool {
     (EVENT_CODEC_VERSION_MIN..=EVENT_CODEC_VERSION).contains(&version)
 }
 
-fn encode_body<T: Serialize>(version: u8, kind: u8, body: &T) -> Vec<u8> {
-    let mut out = vec![version, kind];
+fn encode_body<T: Serialize>(version: u8, kind: u8, body: &T, capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(capacity);
+    out.extend_from_slice(&[version, kind]);
     bincode::serde::encode_into_std_write(body, &mut out, config())
         .expect("encoding model types into a Vec cannot fail");
     out
@@ -137,12 +138,83 @@ fn encode_body<T: Serialize>(version: u8, kind: u8, body: &T) -> Vec<u8> {
 /// Encodes an event as a log payload.
 pub fn encode_event(event: &Event) -> Vec<u8> {
     let version = event_codec_version(event);
+    let capacity = encoded_size_hint(event);
     match event {
-        Event::ConversationRecorded(body) => encode_body(version, KIND_CONVERSATION_RECORDED, body),
-        Event::ToolStatus(body) => encode_body(version, KIND_TOOL_STATUS, body),
-        Event::MessagesReplaced(body) => encode_body(version, KIND_MESSAGES_REPLACED, body),
-        Event::HistoryCurated(body) => encode_body(version, KIND_HISTORY_CURATED, body),
-        Event::Custom(body) => encode_body(version, KIND_CUSTOM, body),
+        Event::ConversationRecorded(body) => {
+            encode_body(version, KIND_CONVERSATION_RECORDED, body, capacity)
+        }
+        Event::ToolStatus(body) => encode_body(version, KIND_TOOL_STATUS, body, capacity),
+        Event::MessagesReplaced(body) => {
+            encode_body(version, KIND_MESSAGES_REPLACED, body, capacity)
+        }
+        Event::HistoryCurated(body) => encode_body(version, KIND_HISTORY_CURATED, body, capacity),
+        Event::Custom(body) => encode_body(version, KIND_CUSTOM, body, capacity),
+    }
+}
+
+/// Bytes reserved for an encoded event's fixed-size fields and length
+/// prefixes, on top of its texts: enough for the common events to encode
+/// without growing their buffer (a varint is at most 10 bytes).
+const ENCODED_FIXED_BYTES: usize = 96;
+
+/// About how many bytes `event` encodes to (its texts plus
+/// [`ENCODED_FIXED_BYTES`] per struct), so that encoding allocates its
+/// buffer once instead of doubling it from empty. Only a capacity: a wrong
+/// guess costs a reallocation or some slack, never a different encoding.
+fn encoded_size_hint(event: &Event) -> usize {
+    fn text(text: &Option<String>) -> usize {
+        text.as_ref().map_or(0, String::len)
+    }
+    fn entry(entry: &crate::model::ConversationEntry) -> usize {
+        let calls: usize = entry
+            .tool_calls
+            .iter()
+            .map(|call| {
+                ENCODED_FIXED_BYTES
+                    + call.call_id.len()
+                    + call.name.len()
+                    + call.arguments.len()
+                    + text(&call.error)
+            })
+            .sum();
+        let reasoning = entry.reasoning.as_ref().map_or(0, |reasoning| {
+            text(&reasoning.text) + text(&reasoning.signature)
+        });
+        let metadata: usize = entry
+            .metadata
+            .iter()
+            .map(|(key, value)| key.len() + value.len() + 20)
+            .sum();
+        ENCODED_FIXED_BYTES
+            + entry.evaluation_id.len()
+            + text(&entry.content)
+            + reasoning
+            + calls
+            + text(&entry.tool_call_id)
+            + text(&entry.tool_name)
+            + text(&entry.finish_reason)
+            + text(&entry.prompt_ns)
+            + text(&entry.prompt_key)
+            + metadata
+    }
+    2 + match event {
+        Event::ConversationRecorded(body) => {
+            ENCODED_FIXED_BYTES
+                + body.conversation_id.len()
+                + text(&body.session_id)
+                + entry(&body.entry)
+        }
+        Event::ToolStatus(body) => {
+            ENCODED_FIXED_BYTES
+                + body.conversation_id.len()
+                + body.evaluation_id.len()
+                + body.call_id.len()
+                + text(&body.error)
+        }
+        Event::MessagesReplaced(body) => {
+            ENCODED_FIXED_BYTES + body.entries.iter().map(entry).sum::<usize>()
+        }
+        Event::HistoryCurated(_) | Event::Custom(_) => 4 * ENCODED_FIXED_BYTES,
     }
 }
 

@@ -18,7 +18,7 @@
 //!   reported; it is applied when the assistant entry arrives.
 //! - `messages_replaced` replaces every entry at once.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use uuid::Uuid;
@@ -27,6 +27,65 @@ use crate::log::Lsn;
 use crate::model::{
     ConversationEntry, Event, HistoryCurated, Role, ToolCall, ToolStatus, ToolStatusChanged,
 };
+
+/// The hash maps and sets of the fold and of call pairing (and of the
+/// store's index and the request planner): `std`'s maps with foldhash's
+/// hasher, seeded at random, instead of SipHash (which cost about a sixth
+/// of the agent runner's instructions per step).
+///
+/// Their keys are call ids, evaluation ids and conversation ids, which come
+/// from models and hosts, so a crafted set of ids must not be able to
+/// collide (HashDoS). foldhash is not a keyed PRF like SipHash, but every
+/// map gets its own seed ([`SeededState`]), drawn from the operating
+/// system's randomness (through `std`'s `RandomState`) rather than
+/// foldhash's own default (address-space layout and the clock): no list of
+/// ids collides in every process or every map, and these maps never expose
+/// their hashes or iteration order to whoever supplies the ids.
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, SeededState>;
+/// See [`HashMap`].
+pub(crate) type HashSet<K> = std::collections::HashSet<K, SeededState>;
+
+/// The hasher builder of [`HashMap`]: foldhash with a per-process seed and
+/// a per-map seed, both from `std`'s randomly keyed `RandomState`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SeededState {
+    per_map: u64,
+    shared: &'static foldhash::SharedSeed,
+}
+
+impl Default for SeededState {
+    fn default() -> SeededState {
+        use std::hash::BuildHasher;
+        static SHARED: std::sync::OnceLock<foldhash::SharedSeed> = std::sync::OnceLock::new();
+        thread_local! {
+            /// The next per-map seed of this thread: random at first, then
+            /// stepped by an odd constant (foldhash mixes it with the
+            /// shared seed).
+            static NEXT: std::cell::Cell<u64> = std::cell::Cell::new(
+                std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64),
+            );
+        }
+        let per_map = NEXT.with(|next| {
+            let seed = next.get();
+            next.set(seed.wrapping_add(0x9e37_79b9_7f4a_7c15));
+            seed
+        });
+        let shared = SHARED.get_or_init(|| {
+            foldhash::SharedSeed::from_u64(
+                std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64),
+            )
+        });
+        SeededState { per_map, shared }
+    }
+}
+
+impl std::hash::BuildHasher for SeededState {
+    type Hasher = foldhash::fast::FoldHasher;
+
+    fn build_hasher(&self) -> foldhash::fast::FoldHasher {
+        foldhash::fast::FoldHasher::with_seed(self.per_map, self.shared)
+    }
+}
 
 /// An entry and the LSN of the event that recorded it.
 ///
@@ -691,33 +750,37 @@ pub enum ResultUse {
 /// Building it costs O(n) expected time for n entries.
 #[derive(Debug, Default)]
 pub struct CallResults<'a> {
-    /// (evaluation, call id) → position and entry of the answering result.
-    answers: HashMap<(&'a str, &'a str), (usize, &'a ConversationEntry)>,
-    /// (evaluation, call id) of every call an assistant entry holds.
-    held: HashSet<(&'a str, &'a str)>,
+    /// (evaluation, call id) of every call an assistant entry holds → the
+    /// position and entry of the result answering it, if one does.
+    calls: HashMap<(&'a str, &'a str), Option<(usize, &'a ConversationEntry)>>,
 }
 
 impl<'a> CallResults<'a> {
     /// Pairs the results of `entries` (in conversation order) with their calls.
     pub fn new(entries: impl IntoIterator<Item = &'a ConversationEntry>) -> CallResults<'a> {
         let entries: Vec<&'a ConversationEntry> = entries.into_iter().collect();
-        let mut results = CallResults::default();
+        let held: usize = entries
+            .iter()
+            .filter(|entry| entry.role == Role::Assistant)
+            .map(|entry| entry.tool_calls.len())
+            .sum();
+        let mut calls = HashMap::with_capacity_and_hasher(held, SeededState::default());
         for entry in entries.iter().filter(|entry| entry.role == Role::Assistant) {
             for call in &entry.tool_calls {
-                results
-                    .held
-                    .insert((entry.evaluation_id.as_str(), call.call_id.as_str()));
+                calls
+                    .entry((entry.evaluation_id.as_str(), call.call_id.as_str()))
+                    .or_insert(None);
             }
         }
         for (position, entry) in entries.iter().enumerate() {
             if let (Role::Tool, Some(call_id)) = (entry.role, entry.tool_call_id.as_deref()) {
-                let key = (entry.evaluation_id.as_str(), call_id);
-                if results.held.contains(&key) {
-                    results.answers.entry(key).or_insert((position, entry));
+                if let Some(answer @ None) = calls.get_mut(&(entry.evaluation_id.as_str(), call_id))
+                {
+                    *answer = Some((position, *entry));
                 }
             }
         }
-        results
+        CallResults { calls }
     }
 
     /// The result entry answering call `call_id` of `evaluation_id`.
@@ -732,7 +795,7 @@ impl<'a> CallResults<'a> {
         evaluation_id: &str,
         call_id: &str,
     ) -> Option<(usize, &'a ConversationEntry)> {
-        self.answers.get(&(evaluation_id, call_id)).copied()
+        self.calls.get(&(evaluation_id, call_id)).copied().flatten()
     }
 
     /// Whether `call`, held by an assistant entry of `evaluation_id`, is
@@ -1083,7 +1146,7 @@ mod tests {
                 .collect();
             let slice = fold("c", events.iter().zip(1..));
 
-            let mut seen = HashSet::new();
+            let mut seen = std::collections::HashSet::new();
             let mut ranks: Vec<&str> = Vec::new();
             let mut expected: Vec<(usize, u64, usize, &ConversationEntry)> = Vec::new();
             for (arrival, entry) in picks.iter().enumerate() {

@@ -86,7 +86,7 @@ fn user_parts(entry: &ConversationEntry) -> Vec<Value> {
 /// their own (no thought text sent, a dropped call) are attached after.
 fn model_turn_parts<'a>(
     entry: &'a ConversationEntry,
-    kept: &HashSet<&str>,
+    kept: &crate::conversation::HashSet<&str>,
     options: &RenderOptions,
     synthesized_ids: &mut HashSet<&'a str>,
 ) -> Vec<Value> {

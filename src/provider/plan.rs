@@ -30,9 +30,8 @@
 //!    put in) is sent first.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
 
-use crate::conversation::{CallResults, ResultUse};
+use crate::conversation::{CallResults, HashMap, HashSet, ResultUse};
 use crate::model::{ConversationEntry, Role, ToolCall, ToolStatus};
 
 use super::{
@@ -105,7 +104,7 @@ pub(crate) fn plan<'a>(
 
 /// Rule 1: no call id is held by two assistant entries.
 fn check_call_ids_unique(entries: &[&ConversationEntry]) -> crate::Result<()> {
-    let mut holder: HashMap<&str, usize> = HashMap::new();
+    let mut holder: HashMap<&str, usize> = HashMap::default();
     for (index, entry) in entries.iter().enumerate() {
         if entry.role != Role::Assistant {
             continue;
@@ -157,7 +156,7 @@ fn assistant_steps<'a>(
     steps: &mut Vec<Step<'a>>,
     unfinished_calls: &mut Vec<String>,
 ) {
-    let mut kept = HashSet::new();
+    let mut kept = HashSet::default();
     let mut answers = Vec::new();
     for call in &entry.tool_calls {
         if let Some(answer) = answer(entry, call, results, options, unfinished_calls) {

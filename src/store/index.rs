@@ -2,13 +2,13 @@
 //! events (16 bytes per conversation and frame), and the conversation reads
 //! that fold a conversation from its snapshot slice and those frames.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::snapshot::LoadedSnapshot;
 use super::{Store, StoreCore};
 use crate::codec;
-use crate::conversation::ConversationSlice;
+use crate::conversation::{ConversationSlice, HashMap};
 use crate::error::{Error, Result};
 use crate::log::{Lsn, Position};
 use crate::model::Event;
@@ -435,7 +435,7 @@ mod tests {
     fn empty_state() -> State {
         State {
             snapshot: None,
-            index: HashMap::new(),
+            index: HashMap::default(),
             segments: Vec::new(),
             events_since_snapshot: 0,
             bytes_since_snapshot: 0,

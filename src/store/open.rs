@@ -1,8 +1,8 @@
 //! Opening a store: choosing the snapshot to start from, opening the log,
 //! and replaying what follows the snapshot into the index and host slices.
 
+use crate::conversation::HashMap;
 use std::any::TypeId;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
@@ -455,7 +455,7 @@ impl Start {
         } = self;
         let mut state = State {
             snapshot: chosen.map(Arc::new),
-            index: HashMap::new(),
+            index: HashMap::default(),
             segments: Vec::new(),
             events_since_snapshot: 0,
             bytes_since_snapshot: 0,

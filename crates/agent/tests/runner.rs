@@ -652,7 +652,12 @@ impl convlog_agent::Tool for Unruly {
     }
 }
 
-#[tokio::test]
+/// Time is paused (tokio's test clock): the 20 ms timeout elapses only when
+/// nothing else can run (no task ready, no store append in flight), so only
+/// the call that never finishes can hit it, however loaded the machine is.
+/// With the real clock, a call that finishes at once could still time out
+/// if its task was not scheduled within 20 ms.
+#[tokio::test(start_paused = true)]
 async fn failing_panicking_and_hanging_tools_fail_their_calls_and_the_loop_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());

@@ -10,7 +10,7 @@
 //! this keeps a step's cost independent of the conversation's length.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use convlog::history::{curated_event_with, CurationContext};
 use convlog::model::{
@@ -49,6 +49,9 @@ pub(super) struct Evaluation<'r> {
     batches_folded: Vec<Lsn>,
     /// What the model was last shown, kept between steps.
     view: view::ModelView,
+    /// The tools offered and the render options, built at the first model
+    /// call and reused by the evaluation's later ones.
+    request_parts: OnceLock<(Vec<crate::ToolSpec>, convlog::RenderOptions)>,
 }
 
 /// An evaluation's appends.
@@ -88,7 +91,7 @@ struct Kept {
     last_batch: Lsn,
     slice: ConversationSlice,
     /// What the next evaluation shows before its own entries.
-    earlier: Option<Vec<ConversationEntry>>,
+    earlier: Option<view::Earlier>,
 }
 
 impl KeptSlices {
@@ -138,6 +141,7 @@ impl<'r> Evaluation<'r> {
             folded_since: 0,
             batches_folded: Vec::new(),
             view: view::ModelView::default(),
+            request_parts: OnceLock::new(),
         }
     }
 
@@ -245,7 +249,7 @@ impl<'r> Evaluation<'r> {
         if store.conversation_batches_since(&self.conversation_id, self.folded_since)
             == Some(folded)
         {
-            let earlier = std::mem::take(&mut self.view).into_earlier(&slice, &self.evaluation_id);
+            let earlier = std::mem::take(&mut self.view).into_earlier(&self.evaluation_id);
             self.runner
                 .kept
                 .lock()
@@ -391,12 +395,13 @@ impl<'r> Evaluation<'r> {
         state: &EvaluationState<'_>,
     ) -> Result<(Uuid, Option<Usage>), RunError> {
         let runner = self.runner;
-        let specs = runner.tools.specs();
-        let render = runner.options.render();
+        let (specs, render) = self
+            .request_parts
+            .get_or_init(|| (runner.tools.specs(), runner.options.render()));
         let request = ModelRequest {
             entries: shown,
-            tools: &specs,
-            render: &render,
+            tools: specs,
+            render,
         };
         let reply = match self.observer {
             Some(observer) => {

@@ -37,7 +37,19 @@ pub(super) struct ModelView {
     /// The part of the view between this evaluation's system entries and
     /// its own entries, carried over from the previous evaluation; used by
     /// the first build.
-    earlier: Option<Vec<ConversationEntry>>,
+    earlier: Option<Earlier>,
+}
+
+/// What an evaluation leaves the next one of its conversation to show
+/// before its own entries (after its system entries): what it showed there
+/// itself, then its own non-system entries as the slice holds them, taken
+/// when the next evaluation first builds its view (not when this one ends:
+/// a runner keeps many conversations, and most are never run again).
+#[derive(Debug)]
+pub(super) struct Earlier {
+    entries: Vec<ConversationEntry>,
+    /// The evaluation whose own entries follow `entries`.
+    then: String,
 }
 
 impl ModelView {
@@ -45,7 +57,7 @@ impl ModelView {
     /// system entries) is `earlier`, from [`ModelView::into_earlier`] of
     /// the evaluation before it, the slice unchanged but for this
     /// evaluation's own entries.
-    pub(super) fn with_earlier(earlier: Vec<ConversationEntry>) -> ModelView {
+    pub(super) fn with_earlier(earlier: Earlier) -> ModelView {
         ModelView {
             earlier: Some(earlier),
             ..ModelView::default()
@@ -53,19 +65,17 @@ impl ModelView {
     }
 
     /// What the next evaluation of the conversation would show before its
-    /// own entries (after its system entries), when `slice` is the
-    /// conversation as this evaluation (`evaluation_id`, the latest) left
-    /// it; `None` if this view was never built.
-    pub(super) fn into_earlier(
-        mut self,
-        slice: &ConversationSlice,
-        evaluation_id: &str,
-    ) -> Option<Vec<ConversationEntry>> {
+    /// own entries (after its system entries), when this evaluation
+    /// (`evaluation_id`, the latest) has ended; `None` if this view was
+    /// never built.
+    pub(super) fn into_earlier(mut self, evaluation_id: &str) -> Option<Earlier> {
         let prefix_len = self.prefix_len?;
         self.entries.truncate(prefix_len);
         self.entries.drain(..self.own_system);
-        self.entries.extend(own_entries(slice, evaluation_id));
-        Some(self.entries)
+        Some(Earlier {
+            entries: self.entries,
+            then: evaluation_id.to_string(),
+        })
     }
 
     /// The view of `evaluation_id` as `slice` holds it now.
@@ -80,14 +90,35 @@ impl ModelView {
                 self.entries = system_entries(slice, evaluation_id);
                 self.own_system = self.entries.len();
                 match self.earlier.take() {
-                    Some(earlier) => self.entries.extend(earlier),
+                    Some(earlier) => {
+                        self.entries.extend(earlier.entries);
+                        self.entries.extend(own_entries(slice, &earlier.then));
+                    }
                     None => self.entries.extend(earlier_entries(slice, evaluation_id)),
                 }
                 *self.prefix_len.insert(self.entries.len())
             }
         };
-        self.entries.truncate(prefix_len);
-        self.entries.extend(own_entries(slice, evaluation_id));
+        // The evaluation's own entries, as `own_entries` shows them; an
+        // entry the view already holds as shown (most of them: a step adds
+        // one or two) is compared, not copied again.
+        let own = own_of(slice, evaluation_id);
+        let mut at = prefix_len;
+        for shown in shown_of(&own) {
+            match shown {
+                Shown::As(entry) => match self.entries.get_mut(at) {
+                    Some(held) if held == entry => {}
+                    Some(held) => held.clone_from(entry),
+                    None => self.entries.push(entry.clone()),
+                },
+                Shown::Trimmed(entry) => match self.entries.get_mut(at) {
+                    Some(held) => *held = *entry,
+                    None => self.entries.push(*entry),
+                },
+            }
+            at += 1;
+        }
+        self.entries.truncate(at);
         &self.entries
     }
 }
@@ -104,12 +135,16 @@ fn system_entries(slice: &ConversationSlice, evaluation_id: &str) -> Vec<Convers
 
 /// The evaluation's non-system entries, without dangling calls.
 fn own_entries(slice: &ConversationSlice, evaluation_id: &str) -> Vec<ConversationEntry> {
-    let own: Vec<&ConversationEntry> = slice
+    answered_only_of(&own_of(slice, evaluation_id))
+}
+
+/// The evaluation's non-system entries, as the slice holds them.
+fn own_of<'s>(slice: &'s ConversationSlice, evaluation_id: &str) -> Vec<&'s ConversationEntry> {
+    slice
         .evaluation(evaluation_id)
         .into_iter()
         .filter(|entry| entry.role != Role::System)
-        .collect();
-    answered_only_of(&own)
+        .collect()
 }
 
 /// The non-system entries of the evaluations that started before this one
@@ -156,6 +191,26 @@ pub(super) fn answered_only(entries: Vec<ConversationEntry>) -> Vec<Conversation
 /// keyed by evaluation and call id), and a tool entry when it is the
 /// answer of a call held by an assistant entry of the list.
 fn answered_only_of(entries: &[&ConversationEntry]) -> Vec<ConversationEntry> {
+    shown_of(entries)
+        .into_iter()
+        .map(|shown| match shown {
+            Shown::As(entry) => entry.clone(),
+            Shown::Trimmed(entry) => *entry,
+        })
+        .collect()
+}
+
+/// How [`answered_only_of`] shows one entry.
+enum Shown<'e> {
+    /// As it is.
+    As(&'e ConversationEntry),
+    /// A copy holding only its answered calls (rare: boxed).
+    Trimmed(Box<ConversationEntry>),
+}
+
+/// What [`answered_only_of`] shows of `entries`, in order, without copying
+/// an entry shown as it is.
+fn shown_of<'e>(entries: &[&'e ConversationEntry]) -> Vec<Shown<'e>> {
     let results = CallResults::new(entries.iter().copied());
     let mut answering = vec![false; entries.len()];
     for entry in entries.iter().filter(|entry| entry.role == Role::Assistant) {
@@ -166,7 +221,7 @@ fn answered_only_of(entries: &[&ConversationEntry]) -> Vec<ConversationEntry> {
         }
     }
     let mut shown = Vec::with_capacity(entries.len());
-    for (entry, answering) in entries.iter().zip(answering) {
+    for (&entry, answering) in entries.iter().zip(answering) {
         match entry.role {
             Role::Tool if !answering => {}
             Role::Assistant => {
@@ -181,13 +236,15 @@ fn answered_only_of(entries: &[&ConversationEntry]) -> Vec<ConversationEntry> {
                 if empty {
                     continue;
                 }
-                let mut entry = (*entry).clone();
-                if !entry.tool_calls.iter().all(|call| answered(&call)) {
+                if entry.tool_calls.iter().all(|call| answered(&call)) {
+                    shown.push(Shown::As(entry));
+                } else {
+                    let mut entry = Box::new(entry.clone());
                     entry.tool_calls.retain(|call| answered(&call));
+                    shown.push(Shown::Trimmed(entry));
                 }
-                shown.push(entry);
             }
-            _ => shown.push((*entry).clone()),
+            _ => shown.push(Shown::As(entry)),
         }
     }
     shown
@@ -416,7 +473,7 @@ mod tests {
         assert_eq!(last[2].tool_calls[0].call_id, "a1");
 
         // The next evaluation starts from what this one showed.
-        let earlier = kept.into_earlier(&slice, "ev-c").expect("built");
+        let earlier = kept.into_earlier("ev-c").expect("built");
         let mut next = ModelView::with_earlier(earlier);
         for event in [
             ConversationEntry::system("ev-d", 0, "sys d").recorded_in(CONVERSATION),
@@ -433,6 +490,6 @@ mod tests {
             "ev-c's system entry out, ev-d's two in"
         );
         // A view never built carries nothing over.
-        assert!(ModelView::default().into_earlier(&slice, "ev-d").is_none());
+        assert!(ModelView::default().into_earlier("ev-d").is_none());
     }
 }

@@ -1294,12 +1294,12 @@ impl EventLog for JetStreamLog {
         let (first_lsn, next_lsn, last_chain, state) = match &self.writer {
             Some(writer) => {
                 let writer = writer.lock();
-                let (first, next, chain) = (writer.first_lsn, writer.next_lsn, writer.last_chain);
-                drop(writer);
-                let state = self.shared.stream_state()?;
-                (first, next, chain, state)
+                (writer.first_lsn, writer.next_lsn, writer.last_chain, None)
             }
-            None => self.shared.ends()?,
+            None => {
+                let (first, next, chain, state) = self.shared.ends()?;
+                (first, next, chain, Some(state))
+            }
         };
         if lsn < first_lsn {
             return Ok(Binding::BeforeStart { first_lsn });
@@ -1310,6 +1310,10 @@ impl EventLog for JetStreamLog {
         if lsn == next_lsn {
             return Ok(Binding::Found(last_chain));
         }
+        let state = match state {
+            Some(state) => state,
+            None => self.shared.stream_state()?,
+        };
         match self.shared.find(lsn, &state)? {
             Some(head) if head.first_lsn == lsn => Ok(Binding::Found(head.previous_chain)),
             Some(head) => Ok(Binding::InsideBatch {

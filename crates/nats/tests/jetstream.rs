@@ -161,6 +161,32 @@ fn a_store_opens_by_url_and_keeps_its_identity_with_the_stream() {
     assert_eq!(again.next_lsn(), 3);
 }
 
+/// The log is synchronous but may be used from inside a host's async
+/// runtime (a current-thread one, the strictest): it runs its requests on
+/// its own runtime, never `block_on` inside the host's, and dropping it
+/// there does not panic.
+#[test]
+fn the_log_works_from_inside_a_hosts_async_runtime() {
+    let Some(cluster) = Cluster::start(1) else {
+        return;
+    };
+    let url = cluster.url("inside");
+    let host = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let lsns = host.block_on(async {
+        let log = JetStreamLog::open(&url, nats_options(1)).unwrap();
+        let (lsns, locator) = log
+            .append(&[b"from async".to_vec()], Durability::Group)
+            .unwrap();
+        assert_eq!(log.read_batch(locator).unwrap()[0].payload, b"from async");
+        drop(log);
+        lsns
+    });
+    assert_eq!(lsns, 1..2);
+}
+
 /// Bad configuration and input get errors that say what and where.
 #[test]
 fn bad_configuration_and_input_get_clear_errors() {

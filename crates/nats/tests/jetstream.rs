@@ -367,7 +367,10 @@ fn two_writers_racing_get_a_clean_error_and_never_interleave() {
         (1..=stored.len() as u64).collect::<Vec<_>>()
     );
 
-    // The same through two stores: the second store's append is refused.
+    // The same through two stores opened on an empty stream (both expect
+    // no message before their first append: nats-server checks an
+    // expected last sequence of 0 too): the second store's append is
+    // refused.
     let dir = tempfile::tempdir().unwrap();
     let first = convlog_nats::open_store(
         &cluster.url("stores"),
@@ -521,4 +524,92 @@ fn a_killed_stream_leader_loses_no_acknowledged_append() {
     // And the writer goes on.
     let (lsns, _) = log.append(&[b"after".to_vec()], Durability::Group).unwrap();
     assert_eq!(lsns.start, acked_events as u64 + 1);
+}
+
+/// The host process of `a_host_killed_mid_tool_call_is_resumed_from_another_process`.
+const HOST_URL_VARIABLE: &str = "CONVLOG_NATS_TEST_HOST_URL";
+
+/// A host process records a tool call as running and is SIGKILLed before
+/// its result; another process opens the store by URL, finds the call
+/// unfinished, records its result and the evaluation is finished.
+#[test]
+fn a_host_killed_mid_tool_call_is_resumed_from_another_process() {
+    use convlog::model::{ConversationEntry, Event, ToolCall, ToolStatus};
+    use std::io::{BufRead, BufReader, Write};
+
+    if let Ok(url) = std::env::var(HOST_URL_VARIABLE) {
+        // The host: record, say so, and wait to be killed.
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            convlog_nats::open_store(&url, dir.path(), StoreOptions::new(), nats_options(3))
+                .unwrap();
+        store
+            .append(&[ConversationEntry::user("eval-1", 0, "weather in Paris?").recorded_in("c")])
+            .unwrap();
+        store
+            .append(&[ConversationEntry::assistant_calling(
+                "eval-1",
+                1,
+                [ToolCall::new("call_1", "weather", r#"{"city":"paris"}"#)],
+            )
+            .with_turn(1)
+            .recorded_in("c")])
+            .unwrap();
+        store
+            .append(&[Event::tool_status(
+                "c",
+                "eval-1",
+                "call_1",
+                ToolStatus::Running,
+            )])
+            .unwrap();
+        println!("RECORDED");
+        std::io::stdout().flush().unwrap();
+        loop {
+            std::thread::park();
+        }
+    }
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    let url = cluster.url("hosts");
+    let mut host = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_host_killed_mid_tool_call_is_resumed_from_another_process",
+            "--nocapture",
+        ])
+        .env(HOST_URL_VARIABLE, &url)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(host.stdout.take().unwrap());
+    let recorded = stdout
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.trim() == "RECORDED");
+    host.kill().unwrap();
+    host.wait().unwrap();
+    assert!(recorded, "the host process recorded its tool call");
+
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        convlog_nats::open_store(&url, dir.path(), StoreOptions::new(), nats_options(3)).unwrap();
+    let state = store.resume("c", &Default::default()).unwrap();
+    let unfinished: Vec<&str> = state
+        .unfinished_calls
+        .iter()
+        .map(|call| call.call.call_id.as_str())
+        .collect();
+    assert_eq!(unfinished, ["call_1"]);
+    store
+        .append(&[
+            ConversationEntry::tool_result("eval-1", 2, "call_1", "weather", "18C")
+                .with_turn(1)
+                .recorded_in("c"),
+        ])
+        .unwrap();
+    let state = store.resume("c", &Default::default()).unwrap();
+    assert!(state.unfinished_calls.is_empty());
+    assert_eq!(state.finished_calls.len(), 1);
 }

@@ -82,6 +82,11 @@ pub const READ_AHEAD: u64 = 64;
 /// to `convlog.STORE.l.<CRC-32 of the id>`.
 pub const SUBJECT_TOKEN_MAX: usize = 256;
 
+/// The most bytes of batches a writer keeps in memory to serve
+/// [`EventLog::read_batch`] without a round-trip (the batches it appended
+/// or read most recently; the oldest stream sequences go first).
+pub const BATCH_CACHE_BYTES: usize = 16 << 20;
+
 /// The format of the messages: the description's `format=`.
 pub const MESSAGE_FORMAT: u32 = 1;
 
@@ -334,7 +339,55 @@ struct Shared {
     /// Makes message ids unique to this handle.
     writer_id: String,
     append_retry_window: Duration,
+    /// Batches by stream sequence, for a writer's reads (`None` for a
+    /// follower opened on its own: another process's purge would leave it
+    /// serving dropped batches). Batches never change once stored, and
+    /// the writer's purges evict what they drop.
+    cache: Option<Mutex<BatchCache>>,
     runtime: Option<tokio::runtime::Runtime>,
+}
+
+/// Recently appended or read batches, at most [`BATCH_CACHE_BYTES`].
+#[derive(Default)]
+struct BatchCache {
+    batches: std::collections::BTreeMap<u64, Vec<Record>>,
+    bytes: usize,
+}
+
+impl BatchCache {
+    fn size(records: &[Record]) -> usize {
+        records
+            .iter()
+            .map(|record| record.payload.len() + std::mem::size_of::<Record>())
+            .sum()
+    }
+
+    fn insert(&mut self, sequence: u64, records: Vec<Record>) {
+        let size = BatchCache::size(&records);
+        if size > BATCH_CACHE_BYTES {
+            return;
+        }
+        if let Some(old) = self.batches.insert(sequence, records) {
+            self.bytes -= BatchCache::size(&old);
+        }
+        self.bytes += size;
+        while self.bytes > BATCH_CACHE_BYTES {
+            let Some((_, evicted)) = self.batches.pop_first() else {
+                break;
+            };
+            self.bytes -= BatchCache::size(&evicted);
+        }
+    }
+
+    /// Forgets every batch below `sequence` (purged).
+    fn evict_below(&mut self, sequence: u64) {
+        let kept = self.batches.split_off(&sequence);
+        let dropped = std::mem::replace(&mut self.batches, kept);
+        self.bytes -= dropped
+            .values()
+            .map(|records| BatchCache::size(records))
+            .sum::<usize>();
+    }
 }
 
 impl Drop for Shared {
@@ -478,7 +531,7 @@ impl Shared {
             segment: JETSTREAM_SEGMENT,
             offset: message.sequence,
         };
-        let records = (head.first_lsn..)
+        let records: Vec<Record> = (head.first_lsn..)
             .zip(payloads)
             .map(|(lsn, payload)| Record {
                 lsn,
@@ -486,6 +539,9 @@ impl Shared {
                 payload,
             })
             .collect();
+        if let Some(cache) = &self.cache {
+            cache.lock().insert(message.sequence, records.clone());
+        }
         Ok((head, records))
     }
 
@@ -992,6 +1048,7 @@ impl JetStreamLog {
             replicas,
             writer_id: uuid::Uuid::new_v4().simple().to_string(),
             append_retry_window: options.append_retry_window,
+            cache: writable.then(|| Mutex::new(BatchCache::default())),
             runtime: Some(runtime),
         });
         let writer = if writable {
@@ -1137,6 +1194,21 @@ impl EventLog for JetStreamLog {
         let expected = state.last_sequence;
         match self.publish(subject, headers, body, expected, message_id) {
             Ok((sequence, _duplicate)) if sequence == expected + 1 => {
+                if let Some(cache) = &self.shared.cache {
+                    let position = Position {
+                        segment: JETSTREAM_SEGMENT,
+                        offset: sequence,
+                    };
+                    let records = (first_lsn..)
+                        .zip(payloads)
+                        .map(|(lsn, payload)| Record {
+                            lsn,
+                            position,
+                            payload: payload.clone(),
+                        })
+                        .collect();
+                    cache.lock().insert(sequence, records);
+                }
                 state.last_sequence = sequence;
                 state.last_chain = chain_after;
                 state.next_lsn = first_lsn + count;
@@ -1194,6 +1266,11 @@ impl EventLog for JetStreamLog {
                 segment: locator.segment,
                 offset: locator.offset,
             });
+        }
+        if let Some(cache) = &self.shared.cache {
+            if let Some(records) = cache.lock().batches.get(&locator.offset) {
+                return Ok(records.clone());
+            }
         }
         match self.shared.get(locator.offset)? {
             Some(message) => Ok(self.shared.records(&message)?.1),
@@ -1270,6 +1347,9 @@ impl EventLog for JetStreamLog {
                     self.shared
                         .io("purge", io::ErrorKind::Other, error.to_string())
                 })?;
+            if let Some(cache) = &self.shared.cache {
+                cache.lock().evict_below(keep);
+            }
             if let Some(head) = self.shared.head_at(keep)? {
                 writer_state.first_lsn = head.first_lsn;
             }
@@ -1470,6 +1550,33 @@ mod tests {
             .unwrap_err()
             .contains("event 2"));
         assert!(decode_body(&[1, 0]).unwrap_err().contains("stray"));
+    }
+
+    #[test]
+    fn the_batch_cache_stays_within_its_budget_and_forgets_purged_batches() {
+        let batch = |sequence: u64, bytes: usize| {
+            vec![Record {
+                lsn: sequence,
+                position: Position {
+                    segment: JETSTREAM_SEGMENT,
+                    offset: sequence,
+                },
+                payload: vec![0; bytes],
+            }]
+        };
+        let mut cache = BatchCache::default();
+        let quarter = BATCH_CACHE_BYTES / 4;
+        for sequence in 1..=6 {
+            cache.insert(sequence, batch(sequence, quarter));
+        }
+        assert!(cache.bytes <= BATCH_CACHE_BYTES);
+        assert_eq!(cache.batches.keys().copied().collect::<Vec<_>>(), [4, 5, 6]);
+        cache.evict_below(6);
+        assert_eq!(cache.batches.keys().copied().collect::<Vec<_>>(), [6]);
+        assert_eq!(cache.bytes, BatchCache::size(&batch(6, quarter)));
+        // A batch larger than the whole budget is not kept.
+        cache.insert(7, batch(7, BATCH_CACHE_BYTES));
+        assert!(!cache.batches.contains_key(&7));
     }
 
     #[test]

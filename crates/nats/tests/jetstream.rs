@@ -161,6 +161,45 @@ fn a_store_opens_by_url_and_keeps_its_identity_with_the_stream() {
     assert_eq!(again.next_lsn(), 3);
 }
 
+/// The writer serves recent batches from memory; a purge drops them there
+/// too: reading a dropped locator on the writer is `Compacted`, as on a
+/// fresh handle.
+#[test]
+fn the_writer_answers_compacted_for_batches_it_dropped() {
+    let Some(cluster) = Cluster::start(1) else {
+        return;
+    };
+    let url = cluster.url("dropped");
+    let log = JetStreamLog::open(&url, nats_options(1)).unwrap();
+    let locators: Vec<_> = (0..4u8)
+        .map(|batch| {
+            log.append(&[vec![batch], vec![batch]], Durability::Group)
+                .unwrap()
+                .1
+        })
+        .collect();
+    assert_eq!(log.read_batch(locators[0]).unwrap()[0].lsn, 1);
+    let before = log.binding_at(5).unwrap();
+    assert_eq!(log.drop_before(6).unwrap().first_lsn, 5);
+    assert_eq!(log.binding_at(5).unwrap(), before);
+    for handle in [
+        &log,
+        &JetStreamLog::open_follower(&url, nats_options(1)).unwrap(),
+    ] {
+        assert!(
+            matches!(
+                handle.read_batch(locators[0]),
+                Err(Error::Compacted {
+                    next_present: 5,
+                    ..
+                })
+            ),
+            "{handle:?}"
+        );
+        assert_eq!(handle.read_batch(locators[2]).unwrap()[0].lsn, 5);
+    }
+}
+
 /// The log is synchronous but may be used from inside a host's async
 /// runtime (a current-thread one, the strictest): it runs its requests on
 /// its own runtime, never `block_on` inside the host's, and dropping it

@@ -1,0 +1,654 @@
+//! The store on a JetStream log, on real `nats-server`s on loopback: the
+//! store's shared behavioural suite (the same bodies the segment log and
+//! the memory log run, tests/boundary_suite), the `EventLog` contract,
+//! faults (the stream leader SIGKILLed during concurrent appends, two
+//! writers racing) and clear errors for bad configuration and input.
+//!
+//! Each test starts its own cluster and stops it when it ends, also on a
+//! panic. Without `nats-server` installed the tests skip, unless
+//! `CONVLOG_REQUIRE_NATS=1`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use convlog::log::{Durability, EventLog, Lsn};
+use convlog::model::Role;
+use convlog::store::{Store, StoreBuilder, StoreOptions};
+use convlog::Error;
+use convlog_nats::{JetStreamLog, JetStreamOptions};
+use tempfile::TempDir;
+
+mod cluster;
+#[path = "../../../tests/boundary_suite/mod.rs"]
+mod suite;
+
+use cluster::{wait_for, Cluster, READY_TIMEOUT};
+use suite::{said, Backing, Counter};
+
+/// Short timeouts, so a failover is retried quickly.
+fn nats_options(replicas: usize) -> JetStreamOptions {
+    JetStreamOptions::new()
+        .replicas(replicas)
+        .connect_timeout(Duration::from_secs(5))
+        .request_timeout(Duration::from_secs(2))
+        .append_retry_window(READY_TIMEOUT)
+}
+
+/// One store (one stream) on the cluster, for one suite body.
+struct Jet {
+    url: String,
+    dir: TempDir,
+    replicas: usize,
+}
+
+impl Jet {
+    fn new(cluster: &Cluster, store: &str, replicas: usize) -> Jet {
+        Jet {
+            url: cluster.url(store),
+            dir: tempfile::tempdir().unwrap(),
+            replicas,
+        }
+    }
+
+    fn log(&self) -> JetStreamLog {
+        JetStreamLog::open(&self.url, nats_options(self.replicas)).unwrap()
+    }
+}
+
+impl Backing for Jet {
+    fn name(&self) -> &'static str {
+        "jetstream log"
+    }
+    fn open(&self, options: StoreOptions) -> Store {
+        StoreBuilder::new(self.dir.path())
+            .options(options)
+            .reducer(Counter)
+            .open_on(self.log())
+            .unwrap()
+    }
+    fn open_follower(&self) -> Store {
+        StoreBuilder::new(self.dir.path())
+            .reducer(Counter)
+            .open_on(JetStreamLog::open_follower(&self.url, nats_options(self.replicas)).unwrap())
+            .unwrap()
+    }
+    fn follower_log(&self) -> Box<dyn EventLog> {
+        Box::new(JetStreamLog::open_follower(&self.url, nats_options(self.replicas)).unwrap())
+    }
+}
+
+/// A body of the shared suite.
+type SuiteBody = fn(&dyn Backing);
+
+/// The shared suite, on a three-node cluster with three replicas: the
+/// same bodies tests/log_boundary.rs runs on the segment and memory logs.
+#[test]
+fn the_store_behaves_on_a_replicated_jetstream_log_as_on_the_local_logs() {
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    let bodies: [(&str, SuiteBody); 6] = [
+        (
+            "reopen",
+            suite::appends_reads_resume_and_reopen_behave_the_same_on_both_logs,
+        ),
+        (
+            "reducers",
+            suite::host_reducers_are_folded_observed_and_restored_from_snapshots_on_both_logs,
+        ),
+        (
+            "conditional",
+            suite::conditional_appends_conflict_on_both_logs,
+        ),
+        (
+            "compaction",
+            suite::compaction_drops_the_prefix_and_reads_of_it_are_compacted_on_both_logs,
+        ),
+        (
+            "follower",
+            suite::a_read_only_store_follows_its_writer_on_both_logs,
+        ),
+        (
+            "logview",
+            suite::the_log_view_and_the_audit_timeline_read_every_log,
+        ),
+    ];
+    for (store, body) in bodies {
+        body(&Jet::new(&cluster, store, 3));
+    }
+    let contract = Jet::new(&cluster, "contract", 3);
+    let log = contract.log();
+    suite::check_contract("jetstream log", &log, &log.follower());
+    // A follower opened on its own connection sees the same log.
+    let follower = JetStreamLog::open_follower(&contract.url, nats_options(3)).unwrap();
+    assert_eq!(follower.store_id(), log.store_id());
+    assert_eq!(follower.read_from(1).count(), 4);
+    assert_eq!(log.replicas(), 3);
+}
+
+/// A store opened by URL, read-only beside its writer, and reopened: the
+/// store identity is kept with the stream.
+#[test]
+fn a_store_opens_by_url_and_keeps_its_identity_with_the_stream() {
+    let Some(cluster) = Cluster::start(1) else {
+        return;
+    };
+    let url = cluster.url("byurl");
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        convlog_nats::open_store(&url, dir.path(), StoreOptions::new(), nats_options(1)).unwrap();
+    store
+        .append(&[
+            said("a", 0, Role::User, "hello"),
+            said("a", 1, Role::Assistant, "hi"),
+        ])
+        .unwrap();
+    let reader =
+        convlog_nats::open_store_read_only(&url, dir.path(), StoreOptions::new(), nats_options(1))
+            .unwrap();
+    assert!(reader.is_read_only());
+    assert_eq!(reader.conversation("a").unwrap().len(), 2);
+    let resumed = reader.resume("a", &Default::default()).unwrap();
+    assert_eq!(resumed.entries.len(), 2);
+    drop(store);
+    let id = JetStreamLog::open_follower(&url, nats_options(1))
+        .unwrap()
+        .store_id();
+    let again = JetStreamLog::open(&url, nats_options(1).expect_store_id(id)).unwrap();
+    assert_eq!(again.store_id(), id);
+    assert_eq!(again.next_lsn(), 3);
+}
+
+/// The writer serves recent batches from memory; a purge drops them there
+/// too: reading a dropped locator on the writer is `Compacted`, as on a
+/// fresh handle.
+#[test]
+fn the_writer_answers_compacted_for_batches_it_dropped() {
+    let Some(cluster) = Cluster::start(1) else {
+        return;
+    };
+    let url = cluster.url("dropped");
+    let log = JetStreamLog::open(&url, nats_options(1)).unwrap();
+    let locators: Vec<_> = (0..4u8)
+        .map(|batch| {
+            log.append(&[vec![batch], vec![batch]], Durability::Group)
+                .unwrap()
+                .1
+        })
+        .collect();
+    assert_eq!(log.read_batch(locators[0]).unwrap()[0].lsn, 1);
+    let before = log.binding_at(5).unwrap();
+    assert_eq!(log.drop_before(6).unwrap().first_lsn, 5);
+    assert_eq!(log.binding_at(5).unwrap(), before);
+    for handle in [
+        &log,
+        &JetStreamLog::open_follower(&url, nats_options(1)).unwrap(),
+    ] {
+        assert!(
+            matches!(
+                handle.read_batch(locators[0]),
+                Err(Error::Compacted {
+                    next_present: 5,
+                    ..
+                })
+            ),
+            "{handle:?}"
+        );
+        assert_eq!(handle.read_batch(locators[2]).unwrap()[0].lsn, 5);
+    }
+}
+
+/// The log is synchronous but may be used from inside a host's async
+/// runtime (a current-thread one, the strictest): it runs its requests on
+/// its own runtime, never `block_on` inside the host's, and dropping it
+/// there does not panic.
+#[test]
+fn the_log_works_from_inside_a_hosts_async_runtime() {
+    let Some(cluster) = Cluster::start(1) else {
+        return;
+    };
+    let url = cluster.url("inside");
+    let host = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let lsns = host.block_on(async {
+        let log = JetStreamLog::open(&url, nats_options(1)).unwrap();
+        let (lsns, locator) = log
+            .append(&[b"from async".to_vec()], Durability::Group)
+            .unwrap();
+        assert_eq!(log.read_batch(locator).unwrap()[0].payload, b"from async");
+        drop(log);
+        lsns
+    });
+    assert_eq!(lsns, 1..2);
+}
+
+/// Bad configuration and input get errors that say what and where.
+#[test]
+fn bad_configuration_and_input_get_clear_errors() {
+    let Some(cluster) = Cluster::start(1) else {
+        return;
+    };
+    // An unreachable cluster: a bounded connect timeout.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let error = JetStreamLog::open(
+        &format!("nats://127.0.0.1:{port}/s"),
+        nats_options(1).connect_timeout(Duration::from_secs(1)),
+    )
+    .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        matches!(error, Error::Io { .. })
+            && text.contains("connect to")
+            && text.contains(&port.to_string()),
+        "{text}"
+    );
+
+    // Streams of the right name that cannot hold a store.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let address = format!("127.0.0.1:{}", cluster.nodes[0].port);
+    runtime.block_on(async {
+        let client = async_nats::connect(address.as_str()).await.unwrap();
+        let context = async_nats::jetstream::new(client);
+        context
+            .create_stream(async_nats::jetstream::stream::Config {
+                name: "convlog-aged".into(),
+                subjects: vec!["convlog.aged.>".into()],
+                max_age: Duration::from_secs(3600),
+                description: Some(
+                    "convlog store id=00112233445566778899aabbccddeeff format=1".into(),
+                ),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        context
+            .create_stream(async_nats::jetstream::stream::Config {
+                name: "convlog-orders".into(),
+                subjects: vec!["convlog.orders.>".into()],
+                description: Some("the orders of the shop".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    });
+    let text = JetStreamLog::open(&cluster.url("aged"), nats_options(1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("convlog-aged") && text.contains("max_age"),
+        "{text}"
+    );
+    let text = JetStreamLog::open(&cluster.url("orders"), nats_options(1))
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("is not a convlog store"), "{text}");
+
+    // A follower of a store that does not exist.
+    let text = JetStreamLog::open_follower(&cluster.url("missing"), nats_options(1))
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("no stream convlog-missing"), "{text}");
+
+    // A store identity that does not match.
+    let log = JetStreamLog::open(&cluster.url("mine"), nats_options(1)).unwrap();
+    let text = JetStreamLog::open(
+        &cluster.url("mine"),
+        nats_options(1).expect_store_id([7; 16]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(text.contains("not the expected 07070707"), "{text}");
+
+    // A batch over the server's max payload: refused, nothing stored, and
+    // the writer goes on.
+    let big = vec![0u8; log.max_payload()];
+    match log.append(&[big], Durability::Group) {
+        Err(Error::LimitExceeded { actual, limit, .. }) => {
+            assert!(actual > limit, "{actual} > {limit}")
+        }
+        other => panic!("expected LimitExceeded, got {other:?}"),
+    }
+    assert_eq!(log.next_lsn(), 1);
+    assert_eq!(
+        log.append(&[b"fits".to_vec()], Durability::Group)
+            .unwrap()
+            .0,
+        1..2
+    );
+
+    // Invalid options.
+    assert!(matches!(
+        JetStreamLog::open(&cluster.url("x"), JetStreamOptions::new().replicas(0)),
+        Err(Error::InvalidOption { .. })
+    ));
+    assert!(matches!(
+        JetStreamLog::open("nats://127.0.0.1:1/bad.name", JetStreamOptions::new()),
+        Err(Error::InvalidOption { .. })
+    ));
+}
+
+/// What one racing writer got acknowledged, and how it stopped.
+type Outcome = (Vec<(Lsn, Vec<u8>)>, Option<Error>);
+
+/// Two writers on one store: the stream's expected-last-sequence check
+/// lets exactly one append after each message; the loser's handle stops
+/// with a clear error, and the log holds no interleaving.
+#[test]
+fn two_writers_racing_get_a_clean_error_and_never_interleave() {
+    let Some(cluster) = Cluster::start(1) else {
+        return;
+    };
+    let url = cluster.url("race");
+    let writers: Vec<JetStreamLog> = (0..2)
+        .map(|_| JetStreamLog::open(&url, nats_options(1)).unwrap())
+        .collect();
+    let barrier = Barrier::new(2);
+    let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+        let handles: Vec<_> = writers
+            .iter()
+            .enumerate()
+            .map(|(writer_index, log)| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    let mut acked = Vec::new();
+                    for i in 0..50 {
+                        let payload = format!("w{writer_index}-{i}").into_bytes();
+                        match log.append(std::slice::from_ref(&payload), Durability::Group) {
+                            Ok((lsns, _)) => acked.push((lsns.start, payload)),
+                            Err(error) => return (acked, Some(error)),
+                        }
+                    }
+                    (acked, None)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().unwrap())
+            .collect()
+    });
+    let failed: Vec<&Error> = outcomes
+        .iter()
+        .filter_map(|(_, error)| error.as_ref())
+        .collect();
+    assert_eq!(failed.len(), 1, "exactly one writer loses: {failed:?}");
+    assert!(
+        matches!(failed[0], Error::Poisoned { cause, .. } if cause.contains("another writer")),
+        "{}",
+        failed[0]
+    );
+    let loser = writers.iter().find(|log| log.is_poisoned()).unwrap();
+    assert!(matches!(
+        loser.append(&[b"again".to_vec()], Durability::Group),
+        Err(Error::Poisoned { .. })
+    ));
+    // The stream holds exactly the acknowledged appends, gap-free.
+    let acked: BTreeMap<Lsn, Vec<u8>> = outcomes.into_iter().flat_map(|(acked, _)| acked).collect();
+    let follower = JetStreamLog::open_follower(&url, nats_options(1)).unwrap();
+    let stored: BTreeMap<Lsn, Vec<u8>> = follower
+        .read_from(1)
+        .map(|record| record.map(|record| (record.lsn, record.payload)))
+        .collect::<convlog::Result<_>>()
+        .unwrap();
+    assert_eq!(stored, acked);
+    assert_eq!(
+        stored.keys().copied().collect::<Vec<_>>(),
+        (1..=stored.len() as u64).collect::<Vec<_>>()
+    );
+
+    // The same through two stores opened on an empty stream (both expect
+    // no message before their first append: nats-server checks an
+    // expected last sequence of 0 too): the second store's append is
+    // refused.
+    let dir = tempfile::tempdir().unwrap();
+    let first = convlog_nats::open_store(
+        &cluster.url("stores"),
+        dir.path(),
+        StoreOptions::new(),
+        nats_options(1),
+    )
+    .unwrap();
+    let second = convlog_nats::open_store(
+        &cluster.url("stores"),
+        dir.path(),
+        StoreOptions::new(),
+        nats_options(1),
+    )
+    .unwrap();
+    first.append(&[said("a", 0, Role::User, "first")]).unwrap();
+    assert!(matches!(
+        second.append(&[said("a", 0, Role::User, "second")]),
+        Err(Error::Poisoned { .. })
+    ));
+    assert_eq!(first.conversation("a").unwrap().len(), 1);
+}
+
+/// SIGKILL the stream's leader while four threads append batches: after
+/// the failover every acknowledged batch is there, whole, at its LSNs,
+/// nothing twice; the killed node, restarted, catches up.
+#[test]
+fn a_killed_stream_leader_loses_no_acknowledged_append() {
+    let Some(mut cluster) = Cluster::start(3) else {
+        return;
+    };
+    let url = cluster.url("failover");
+    let log = Arc::new(JetStreamLog::open(&url, nats_options(3)).unwrap());
+    const THREADS: usize = 4;
+    const APPENDS: usize = 60;
+    let acked_count = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|thread| {
+            let log = Arc::clone(&log);
+            let acked_count = Arc::clone(&acked_count);
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                for i in 0..APPENDS {
+                    let batch: Vec<Vec<u8>> = (0..1 + i % 3)
+                        .map(|j| format!("t{thread}-{i}-{j}").into_bytes())
+                        .collect();
+                    match log.append(&batch, Durability::Group) {
+                        Ok((lsns, _)) => {
+                            acked.push((lsns, batch));
+                            acked_count.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(error) => return Err((acked, error)),
+                    }
+                }
+                Ok(acked)
+            })
+        })
+        .collect();
+    // Kill the leader once appends are flowing.
+    wait_for("the first appends", READY_TIMEOUT, || {
+        acked_count.load(Ordering::SeqCst) >= 20
+    });
+    let leader = cluster
+        .stream_leader(0, "convlog-failover")
+        .expect("the stream has a leader");
+    let killed = cluster.index_of(&leader);
+    let before = acked_count.load(Ordering::SeqCst);
+    cluster.kill(killed);
+    eprintln!("killed the stream leader {leader} after {before} acknowledged appends");
+    let survivor = (killed + 1) % 3;
+    let mut acked = Vec::new();
+    for handle in handles {
+        match handle.join().unwrap() {
+            Ok(batches) => acked.extend(batches),
+            Err((batches, error)) => panic!(
+                "an append failed across the failover after {} acknowledged: {error}\n{}",
+                batches.len(),
+                cluster.log_of(survivor)
+            ),
+        }
+    }
+    assert_eq!(acked.len(), THREADS * APPENDS);
+    assert!(
+        before < (THREADS * APPENDS) as u64,
+        "the leader died while appends were under way"
+    );
+    assert!(
+        cluster
+            .stream_leader(survivor, "convlog-failover")
+            .is_some_and(|now| now != leader),
+        "the stream has a new leader"
+    );
+    // Read back through a new handle: gap-free, every batch whole at its
+    // LSNs, no payload twice.
+    let reader = JetStreamLog::open_follower(&url, nats_options(3)).unwrap();
+    let records: Vec<_> = reader.read_from(1).collect::<convlog::Result<_>>().unwrap();
+    let lsns: Vec<Lsn> = records.iter().map(|record| record.lsn).collect();
+    assert_eq!(lsns, (1..=lsns.len() as u64).collect::<Vec<_>>());
+    let unique: HashSet<&[u8]> = records
+        .iter()
+        .map(|record| record.payload.as_slice())
+        .collect();
+    assert_eq!(unique.len(), records.len(), "no payload is stored twice");
+    let by_lsn: BTreeMap<Lsn, &convlog::log::Record> =
+        records.iter().map(|record| (record.lsn, record)).collect();
+    let acked_events: usize = acked.iter().map(|(_, batch)| batch.len()).sum();
+    assert_eq!(
+        records.len(),
+        acked_events,
+        "only acknowledged batches are stored"
+    );
+    for (lsns, batch) in &acked {
+        let held: Vec<&[u8]> = lsns
+            .clone()
+            .map(|lsn| by_lsn[&lsn].payload.as_slice())
+            .collect();
+        let sent: Vec<&[u8]> = batch.iter().map(Vec::as_slice).collect();
+        assert_eq!(held, sent, "the batch at {lsns:?} is whole");
+        let positions: HashSet<_> = lsns.clone().map(|lsn| by_lsn[&lsn].position).collect();
+        assert_eq!(positions.len(), 1, "one batch is one message");
+    }
+    // The killed node comes back and catches up with the stream.
+    cluster.restart(killed);
+    let killed_name = cluster.nodes[killed].name.clone();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let address = format!("127.0.0.1:{}", cluster.nodes[survivor].port);
+    let last = log.last_sequence().unwrap();
+    wait_for(&format!("{killed_name} catching up"), READY_TIMEOUT, || {
+        runtime.block_on(async {
+            let Ok(client) = async_nats::connect(address.as_str()).await else {
+                return false;
+            };
+            let context = async_nats::jetstream::new(client);
+            let Ok(stream) = context.get_stream("convlog-failover").await else {
+                return false;
+            };
+            let Ok(info) = stream.get_info().await else {
+                return false;
+            };
+            info.state.last_sequence == last
+                && info.cluster.is_some_and(|cluster| {
+                    cluster.replicas.iter().any(|peer| {
+                        peer.name == killed_name && peer.current && peer.lag.unwrap_or(0) == 0
+                    })
+                })
+        })
+    });
+    // And the writer goes on.
+    let (lsns, _) = log.append(&[b"after".to_vec()], Durability::Group).unwrap();
+    assert_eq!(lsns.start, acked_events as u64 + 1);
+}
+
+/// The host process of `a_host_killed_mid_tool_call_is_resumed_from_another_process`.
+const HOST_URL_VARIABLE: &str = "CONVLOG_NATS_TEST_HOST_URL";
+
+/// A host process records a tool call as running and is SIGKILLed before
+/// its result; another process opens the store by URL, finds the call
+/// unfinished, records its result and the evaluation is finished.
+#[test]
+fn a_host_killed_mid_tool_call_is_resumed_from_another_process() {
+    use convlog::model::{ConversationEntry, Event, ToolCall, ToolStatus};
+    use std::io::{BufRead, BufReader, Write};
+
+    if let Ok(url) = std::env::var(HOST_URL_VARIABLE) {
+        // The host: record, say so, and wait to be killed.
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            convlog_nats::open_store(&url, dir.path(), StoreOptions::new(), nats_options(3))
+                .unwrap();
+        store
+            .append(&[ConversationEntry::user("eval-1", 0, "weather in Paris?").recorded_in("c")])
+            .unwrap();
+        store
+            .append(&[ConversationEntry::assistant_calling(
+                "eval-1",
+                1,
+                [ToolCall::new("call_1", "weather", r#"{"city":"paris"}"#)],
+            )
+            .with_turn(1)
+            .recorded_in("c")])
+            .unwrap();
+        store
+            .append(&[Event::tool_status(
+                "c",
+                "eval-1",
+                "call_1",
+                ToolStatus::Running,
+            )])
+            .unwrap();
+        println!("RECORDED");
+        std::io::stdout().flush().unwrap();
+        loop {
+            std::thread::park();
+        }
+    }
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    let url = cluster.url("hosts");
+    let mut host = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_host_killed_mid_tool_call_is_resumed_from_another_process",
+            "--nocapture",
+        ])
+        .env(HOST_URL_VARIABLE, &url)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(host.stdout.take().unwrap());
+    let recorded = stdout
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.trim() == "RECORDED");
+    host.kill().unwrap();
+    host.wait().unwrap();
+    assert!(recorded, "the host process recorded its tool call");
+
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        convlog_nats::open_store(&url, dir.path(), StoreOptions::new(), nats_options(3)).unwrap();
+    let state = store.resume("c", &Default::default()).unwrap();
+    let unfinished: Vec<&str> = state
+        .unfinished_calls
+        .iter()
+        .map(|call| call.call.call_id.as_str())
+        .collect();
+    assert_eq!(unfinished, ["call_1"]);
+    store
+        .append(&[
+            ConversationEntry::tool_result("eval-1", 2, "call_1", "weather", "18C")
+                .with_turn(1)
+                .recorded_in("c"),
+        ])
+        .unwrap();
+    let state = store.resume("c", &Default::default()).unwrap();
+    assert!(state.unfinished_calls.is_empty());
+    assert_eq!(state.finished_calls.len(), 1);
+}

@@ -357,7 +357,7 @@ fn sigkill_during_tool_calls_and_appends_loses_nothing_and_invoke_resumes_the_ru
     // invoke carries each run on: the interrupted call runs again (marked
     // resumed), then the model answers.
     std::fs::write(&release, "released").unwrap();
-    for index in 0..CHATS {
+    for (index, before) in recorded.iter().enumerate() {
         let (status, body) = post(
             &format!("{}/chat/invoke", server.url),
             json!({"context_id": format!("chat_{index}")}),
@@ -372,8 +372,8 @@ fn sigkill_during_tool_calls_and_appends_loses_nothing_and_invoke_resumes_the_ru
             .collect();
         assert_eq!(resumed, [true, false], "{body}");
         let messages = get(&format!("{}/contexts/chat_{index}", server.url))["messages"].clone();
-        let mut expected = recorded[index].as_array().unwrap().clone();
-        let call_id = recorded[index][1]["tool_call_id"].clone();
+        let mut expected = before.as_array().unwrap().clone();
+        let call_id = before[1]["tool_call_id"].clone();
         expected.push(
             json!({"type": "tool_response", "tool_call_id": call_id, "tool_output": "released"}),
         );

@@ -27,7 +27,7 @@ pub use client::{
     StreamDelta,
 };
 pub use runner::{
-    RunError, RunEvent, RunObserver, RunOutcome, Runner, RunnerGenerator, RunnerOptions,
-    StopReason, DEFAULT_MAX_STEPS, MODEL_CALL_FAILED, TOOL_RESULT_BYTES_MAX,
+    ConversationClaim, RunError, RunEvent, RunObserver, RunOutcome, Runner, RunnerGenerator,
+    RunnerOptions, StopReason, DEFAULT_MAX_STEPS, MODEL_CALL_FAILED, TOOL_RESULT_BYTES_MAX,
 };
 pub use tools::{FunctionTool, McpServer, Tool, ToolContext, ToolError, ToolSpec, Toolset};

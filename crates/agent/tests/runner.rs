@@ -436,12 +436,27 @@ async fn run_stream_delivers_deltas_and_steps_as_they_happen() {
     let tool = CountingTool::new("weather");
     let runner = runner(&store, &client, &tool, options());
     let seen: Mutex<Vec<RunEvent>> = Mutex::new(Vec::new());
-    let observer = |event: &RunEvent| seen.lock().unwrap().push(event.clone());
+    let batches: Mutex<Vec<(u64, usize)>> = Mutex::new(Vec::new());
+    let observer = |event: &RunEvent| match event {
+        RunEvent::Recorded { first_lsn, events } => {
+            batches.lock().unwrap().push((*first_lsn, events.len()));
+        }
+        event => seen.lock().unwrap().push(event.clone()),
+    };
     let outcome = runner
         .run_stream(CONVERSATION, "Weather now", &observer)
         .await
         .unwrap();
     assert_eq!(outcome.stop, StopReason::Final);
+    // Every batch recorded, in LSN order: system + user, the calling reply,
+    // two running statuses, two results with their statuses, the answer.
+    let batches = batches.into_inner().unwrap();
+    let mut sizes: Vec<usize> = batches.iter().map(|(_, len)| *len).collect();
+    sizes[2..6].sort_unstable();
+    assert_eq!(sizes, [2, 1, 1, 1, 2, 2, 1], "{batches:?}");
+    assert!(batches
+        .windows(2)
+        .all(|pair| pair[1].0 >= pair[0].0 + pair[0].1 as u64));
     let seen = seen.into_inner().unwrap();
     let kinds: Vec<&str> = seen
         .iter()

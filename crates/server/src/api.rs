@@ -83,7 +83,12 @@ pub struct ChatResponse {
     /// responses, AI messages.
     #[schema(value_type = Vec<MessageSchema>)]
     pub generated_messages: Vec<ControlMessage>,
-    /// Events triggered by tools (none yet: always empty).
+    /// What the generation's tools did, as recorded: each tool-status
+    /// change (`running`, `completed`, `failed`, with its time, error and
+    /// whether it re-ran a call after a crash) as a `tool_status` event in
+    /// its JSON form with its LSN (`docs/events.md`), in log order. Empty
+    /// when nothing was recorded (a preview, a pre-written message).
+    #[schema(value_type = Vec<Object>)]
     pub events: Vec<Value>,
 }
 

@@ -2,6 +2,8 @@
 //! and MCP tools, and users with their bearer tokens (stored hashed).
 //!
 //! ```toml
+//! resume_on_start = true            # optional: carry interrupted generations on at start
+//!
 //! [[agents]]
 //! id = "assistant"
 //! provider = "openai"               # openai | openai-responses | anthropic | gemini | ollama | openai-compatible
@@ -36,6 +38,12 @@ use subtle::ConstantTimeEq;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// At start, carry on every generation a stop or crash interrupted in
+    /// a tool call (a call whose `running` status is recorded without a
+    /// result), in the background, one context after another (default
+    /// false: the next `/chat/invoke` of the context carries it on).
+    #[serde(default)]
+    pub resume_on_start: bool,
     /// The agents contexts can be created with.
     #[serde(default)]
     pub agents: Vec<AgentConfig>,

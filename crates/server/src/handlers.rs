@@ -9,9 +9,9 @@ use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use convlog::control::{AddAiMessage, ContextInfo, ContextsReducer, Principal};
-use convlog::model::ConversationEntry;
-use convlog_agent::{Runner, RunnerGenerator};
+use convlog::control::{AddAiMessage, ContextInfo, ContextsReducer, ControlMessage, Principal};
+use convlog::model::{ConversationEntry, Event, ToolStatus};
+use convlog_agent::{RunError, RunEvent, Runner, RunnerGenerator};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
@@ -223,6 +223,218 @@ impl AppState {
     }
 }
 
+impl AppState {
+    /// A generation with `save_ai_messages`, recorded step by step by the
+    /// context's runner ([`Runner::generate`]): under the runner's claim
+    /// on the context, `before` (the human message of a chat, the saved
+    /// prompt of add-ai-message) is saved like `add-messages` does, then
+    /// the latest evaluation is carried on — its unfinished calls run,
+    /// the model called until a final answer, the step limit or calls only
+    /// the client can run (returned pending). `steering` is shown to the
+    /// model and never stored.
+    ///
+    /// The generation runs in a task of its own: a client that goes away
+    /// or a request timeout does not stop it; a server shutdown does,
+    /// where it stands (503; every step so far is recorded).
+    async fn generate_recorded(
+        self: &Arc<Self>,
+        caller: Caller,
+        context_id: String,
+        before: Option<ControlMessage>,
+        steering: Vec<String>,
+    ) -> Result<ChatResponse, ApiError> {
+        let principal = caller.principal();
+        let runner = blocking({
+            let state = Arc::clone(self);
+            let context_id = context_id.clone();
+            move || {
+                state.writable(&caller, &context_id)?;
+                state.runner(&context_id)
+            }
+        })
+        .await?;
+        let claim = runner
+            .claim(&context_id)
+            .map_err(|error| run_error(&context_id, error))?;
+        if let Some(message) = before {
+            let state = Arc::clone(self);
+            let context_id = context_id.clone();
+            blocking(move || {
+                state.refuse_unfinished(&context_id)?;
+                state
+                    .control
+                    .add_messages(&principal, &context_id, &[message])?;
+                Ok(())
+            })
+            .await?;
+        }
+        let mut stopping = self.stopping.subscribe();
+        let task = tokio::spawn(async move {
+            let events = parking_lot::Mutex::new(Vec::new());
+            let observer = |event: &RunEvent| {
+                if let RunEvent::Recorded {
+                    first_lsn,
+                    events: batch,
+                } = event
+                {
+                    let mut events = events.lock();
+                    for (lsn, event) in (*first_lsn..).zip(batch) {
+                        if let Some(value) = tool_event(lsn, event) {
+                            events.push(value);
+                        }
+                    }
+                }
+            };
+            let generated = tokio::select! {
+                outcome = runner.generate(&claim, &steering, Some(&observer)) => outcome,
+                _ = stopping.wait_for(|stopping| *stopping) => {
+                    return Err(ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!(
+                            "The server is shutting down: the generation of context {} was stopped where it stood, every step so far recorded; POST /chat/invoke carries it on",
+                            claim.conversation_id()
+                        ),
+                    ))
+                }
+            };
+            let outcome = generated.map_err(|error| run_error(claim.conversation_id(), error))?;
+            Ok(ChatResponse {
+                response: outcome.output().unwrap_or_default().to_string(),
+                saved_ai_messages: true,
+                generated_messages: convlog::control::message::to_messages(&outcome.entries),
+                events: events.into_inner(),
+            })
+        });
+        task.await.map_err(|error| {
+            tracing::error!(%error, "generation task failed");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the generation's task failed",
+            )
+        })?
+    }
+
+    /// 409 when the context's latest evaluation has unfinished tool calls:
+    /// a new message would land in the middle of them (answer the pending
+    /// ones, or carry an interrupted generation on, with `/chat/invoke`).
+    fn refuse_unfinished(&self, context_id: &str) -> Result<(), ApiError> {
+        let options = convlog::resume::ResumeOptions::new();
+        match self.store.resume(context_id, &options) {
+            Ok(state) if !state.unfinished_calls.is_empty() => {
+                let ids: Vec<String> = state
+                    .unfinished_calls
+                    .iter()
+                    .map(|unfinished| format!("'{}'", unfinished.call.call_id))
+                    .collect();
+                Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "Context with id: {context_id} has unfinished tool calls: [{}]; answer the pending ones with /context/add-messages, then POST /chat/invoke to carry the generation on",
+                        ids.join(", ")
+                    ),
+                ))
+            }
+            Ok(_) | Err(convlog::Error::ConversationNotFound { .. }) => Ok(()),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// `resume_on_start`: carries on, one after another, the latest
+    /// evaluation of every context whose agent is configured and which a
+    /// stop or crash interrupted in a tool call (a call whose `running`
+    /// status is recorded, with no result). Stops at shutdown.
+    pub(crate) async fn resume_interrupted(self: Arc<Self>) {
+        let found = blocking({
+            let state = Arc::clone(&self);
+            move || state.interrupted()
+        })
+        .await;
+        let interrupted = match found {
+            Ok(interrupted) => interrupted,
+            Err(error) => {
+                tracing::error!(error = %error.message, "resume on start: cannot list the interrupted generations");
+                return;
+            }
+        };
+        let mut stopping = self.stopping.subscribe();
+        for (context_id, runner) in interrupted {
+            let claim = match runner.claim(&context_id) {
+                Ok(claim) => claim,
+                Err(error) => {
+                    tracing::warn!(context_id, %error, "resume on start: skipped");
+                    continue;
+                }
+            };
+            tokio::select! {
+                outcome = runner.generate(&claim, &[], None) => match outcome {
+                    Ok(outcome) => tracing::info!(context_id, stop = ?outcome.stop, entries = outcome.entries.len(), "resume on start: carried on"),
+                    Err(error) => tracing::warn!(context_id, %error, "resume on start: failed"),
+                },
+                _ = stopping.wait_for(|stopping| *stopping) => return,
+            }
+        }
+    }
+
+    /// The contexts [`AppState::resume_interrupted`] carries on, with
+    /// their runners.
+    fn interrupted(&self) -> Result<Vec<(String, Arc<Runner>)>, ApiError> {
+        let registry = self.control.registry()?;
+        let mut found = Vec::new();
+        for info in registry.contexts() {
+            let Ok(runner) = self.runner(&info.context_id) else {
+                continue;
+            };
+            let slice = match self.store.conversation(&info.context_id) {
+                Ok(slice) => slice,
+                Err(convlog::Error::ConversationNotFound { .. }) => continue,
+                Err(error) => return Err(error.into()),
+            };
+            let Some(latest) = slice.latest_evaluation() else {
+                continue;
+            };
+            let state = convlog::resume::EvaluationState::of(&slice, latest);
+            if state
+                .unfinished
+                .iter()
+                .any(|(_, call)| call.status == ToolStatus::Running)
+            {
+                found.push((info.context_id.clone(), runner));
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A tool-status event in its JSON form with its LSN (`docs/events.md`):
+/// what a generation's answer lists in `events`.
+fn tool_event(lsn: u64, event: &Event) -> Option<Value> {
+    if !matches!(event, Event::ToolStatus(_)) {
+        return None;
+    }
+    let line = convlog::json::to_json_line(lsn, event).ok()?;
+    serde_json::from_str(&line).ok()
+}
+
+/// A runner's failure as an answer.
+fn run_error(context_id: &str, error: RunError) -> ApiError {
+    match error {
+        RunError::Store(error) => error.into(),
+        RunError::Model { .. } | RunError::InvalidReply { .. } => {
+            ApiError::new(StatusCode::BAD_GATEWAY, error.to_string())
+        }
+        RunError::Busy { .. } => ApiError::new(
+            StatusCode::CONFLICT,
+            format!(
+                "Context with id: {context_id} is generating for another request; try again when it has finished"
+            ),
+        ),
+        error => {
+            tracing::error!(%error, "generation failed");
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+        }
+    }
+}
+
 fn not_owner(context_id: &str) -> ApiError {
     convlog::Error::NotContextOwner {
         context_id: context_id.to_string(),
@@ -279,6 +491,13 @@ pub async fn chat(
     caller: Caller,
     ApiJson(request): ApiJson<ChatRequest>,
 ) -> Result<Json<ChatResponse>, ApiError> {
+    if request.save_ai_messages {
+        let before = Some(ControlMessage::human(request.message));
+        return state
+            .generate_recorded(caller, request.context_id, before, Vec::new())
+            .await
+            .map(Json);
+    }
     blocking(move || {
         state.writable(&caller, &request.context_id)?;
         let mut generator = state.generator(&request.context_id)?;
@@ -321,6 +540,19 @@ pub async fn add_ai_message(
         }
         (None, None) => return Err(ApiError::bad_request("Provide either message or prompt")),
         (Some(message), None) => AddAiMessage::Message(message),
+        (None, Some(prompt)) if request.save_ai_messages => {
+            // Recorded step by step: the prompt saved first (under the
+            // generation's claim), or shown to this generation only.
+            let (before, steering) = if request.save_system_message {
+                (Some(ControlMessage::system(prompt)), Vec::new())
+            } else {
+                (None, vec![prompt])
+            };
+            return state
+                .generate_recorded(caller, request.context_id, before, steering)
+                .await
+                .map(Json);
+        }
         (None, Some(prompt)) => AddAiMessage::Prompt {
             prompt,
             save_system_message: request.save_system_message,
@@ -373,6 +605,12 @@ pub async fn invoke(
     caller: Caller,
     ApiJson(request): ApiJson<InvokeRequest>,
 ) -> Result<Json<ChatResponse>, ApiError> {
+    if request.save_ai_messages {
+        return state
+            .generate_recorded(caller, request.context_id, None, Vec::new())
+            .await
+            .map(Json);
+    }
     blocking(move || {
         state.writable(&caller, &request.context_id)?;
         let mut generator = state.generator(&request.context_id)?;

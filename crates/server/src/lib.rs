@@ -69,6 +69,9 @@ pub struct AppState {
     create_lock: parking_lot::Mutex<()>,
     metrics: metrics::Metrics,
     handle: tokio::runtime::Handle,
+    /// Set once the server stops: recorded generations in flight are
+    /// cancelled where they stand (every step so far is recorded).
+    stopping: tokio::sync::watch::Sender<bool>,
     _mcp: Vec<McpServer>,
 }
 
@@ -119,6 +122,7 @@ pub fn openapi_json() -> String {
 /// A server ready to serve: its store open, its agents started.
 pub struct Server {
     state: Arc<AppState>,
+    resume_on_start: bool,
 }
 
 impl Server {
@@ -177,8 +181,10 @@ impl Server {
                 create_lock: parking_lot::Mutex::new(()),
                 metrics: metrics::Metrics::default(),
                 handle: tokio::runtime::Handle::current(),
+                stopping: tokio::sync::watch::Sender::new(false),
                 _mcp: mcp,
             }),
+            resume_on_start: config.resume_on_start,
         })
     }
 
@@ -223,17 +229,27 @@ impl Server {
     }
 
     /// Serves on `listener` until `shutdown` resolves; then stops
-    /// accepting, waits up to [`SHUTDOWN_GRACE`] for the requests in
-    /// flight, and syncs the store.
+    /// accepting, cancels the recorded generations in flight where they
+    /// stand (each step so far is recorded: the next `/chat/invoke`, or
+    /// the next start with `resume_on_start`, carries them on), waits up
+    /// to [`SHUTDOWN_GRACE`] for the other requests in flight, and syncs
+    /// the store. With `resume_on_start` configured, it first starts
+    /// carrying on the interrupted generations, in the background.
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), String> {
         let router = self.router();
+        if self.resume_on_start {
+            let state = Arc::clone(&self.state);
+            tokio::spawn(async move { state.resume_interrupted().await });
+        }
         let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+        let generations = self.state.stopping.clone();
         let signal = async move {
             shutdown.await;
+            generations.send_replace(true);
             let _ = stopping_tx.send(());
         };
         let serving = axum::serve(listener, router).with_graceful_shutdown(signal);

@@ -215,7 +215,10 @@ async fn chat_saves_the_turn_or_previews_it_for_approval() {
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["response"], "The sum is 5.");
         assert_eq!(body["saved_ai_messages"], true);
-        assert_eq!(body["events"], json!([]));
+        // The tool's status changes, as recorded.
+        let events = body["events"].as_array().unwrap();
+        let statuses: Vec<&Value> = events.iter().map(|event| &event["status"]).collect();
+        assert_eq!(statuses, [&json!("running"), &json!("completed")]);
         let generated = json!([
             {"type": "tool_call", "tool_call_id": "call_1", "tool_name": "add", "tool_input": {"a": 2, "b": 3}},
             {"type": "tool_response", "tool_call_id": "call_1", "tool_output": output},
@@ -678,7 +681,7 @@ async fn health_openapi_and_request_ids() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn shutdown_finishes_the_run_in_flight_and_syncs() {
+async fn shutdown_finishes_a_preview_in_flight_and_syncs() {
     let mut server = TestServer::start(false).await;
     server.create("ctx_1").await;
     server.upstream.push([text("finished")]);
@@ -689,13 +692,14 @@ async fn shutdown_finishes_the_run_in_flight_and_syncs() {
     let chat = tokio::spawn(async move {
         http.post(url)
             .bearer_auth(ALICE)
-            .json(&json!({"context_id": "ctx_1", "message": "hello"}))
+            .json(&json!({"context_id": "ctx_1", "message": "hello", "save_ai_messages": false}))
             .send()
             .await
             .unwrap()
     });
     received.await;
-    // The run is at the upstream: shut down now, then let it answer.
+    // The preview is at the upstream: shut down now, then let it answer
+    // (a saved run is stopped at once instead: chat_recorded.rs).
     server.request_stop();
     gate.add_permits(1);
     let response = chat.await.unwrap();
@@ -703,7 +707,8 @@ async fn shutdown_finishes_the_run_in_flight_and_syncs() {
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["response"], "finished");
     let dir = server.stopped().await;
-    // The store is released and holds the whole turn.
+    // The store is released and holds the human message (the answer was
+    // a preview).
     let store = convlog::store::StoreBuilder::new(dir.path().join("store"))
         .reducer(convlog::control::ContextsReducer)
         .open()
@@ -714,7 +719,7 @@ async fn shutdown_finishes_the_run_in_flight_and_syncs() {
         .entries()
         .map(|entry| entry.content.clone().unwrap_or_default())
         .collect();
-    assert_eq!(entries, ["hello", "finished"]);
+    assert_eq!(entries, ["hello"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -37,6 +37,11 @@ impl Claim {
         }
         Ok(Claim { key })
     }
+
+    /// Whether the claim is of `store`.
+    pub(super) fn is_of(&self, store: &Arc<Store>) -> bool {
+        self.key.0 == Arc::as_ptr(store) as usize
+    }
 }
 
 impl Drop for Claim {

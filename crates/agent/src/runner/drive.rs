@@ -10,6 +10,7 @@
 //! this keeps a step's cost independent of the conversation's length.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use convlog::history::{curated_event_with, CurationContext};
@@ -52,6 +53,16 @@ pub(super) struct Evaluation<'r> {
     /// The tools offered and the render options, built at the first model
     /// call and reused by the evaluation's later ones.
     request_parts: OnceLock<(Vec<crate::ToolSpec>, convlog::RenderOptions)>,
+    /// The model call is refused once the evaluation's turn reaches this
+    /// (`None`: `RunnerOptions::max_steps`, counted per evaluation).
+    turn_limit: Option<u32>,
+    /// Call the model even though the evaluation has ended (once).
+    answer_again: AtomicBool,
+    /// Shown after the view at every model call, never recorded.
+    steering: Vec<ConversationEntry>,
+    /// Ask the client for a stream (and hand the observer its deltas)
+    /// when there is an observer.
+    stream: bool,
 }
 
 /// An evaluation's appends.
@@ -142,7 +153,58 @@ impl<'r> Evaluation<'r> {
             batches_folded: Vec::new(),
             view: view::ModelView::default(),
             request_parts: OnceLock::new(),
+            turn_limit: None,
+            answer_again: AtomicBool::new(false),
+            steering: Vec::new(),
+            stream: true,
         }
+    }
+
+    /// Reads the conversation and makes this the driver of its latest
+    /// evaluation, as `Runner::generate` carries it on: `max_steps` model
+    /// calls from where it stands, one more answer if it has ended,
+    /// `steering` shown after the view. A conversation with no entries
+    /// gets a new evaluation. The model's replies are requested whole (the
+    /// observer gets the steps, not deltas).
+    pub(super) async fn latest(&mut self, steering: &[String]) -> Result<(), RunError> {
+        let store = Arc::clone(&self.runner.store);
+        let conversation = self.conversation_id.clone();
+        let read = blocking(move || {
+            let since = store.log().visible_next_lsn();
+            store
+                .conversation(&conversation)
+                .map(|slice| (since, slice))
+        })
+        .await?;
+        let (since, slice) = match read {
+            Ok(read) => read,
+            Err(convlog::Error::ConversationNotFound { .. }) => {
+                // Nothing of it is recorded yet (it is claimed: nothing
+                // will be but by this evaluation).
+                let store = &self.runner.store;
+                (
+                    store.log().visible_next_lsn(),
+                    ConversationSlice::new(self.conversation_id.as_str()),
+                )
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let latest = slice.latest_evaluation().map_or_else(
+            || format!("{}{}", super::EVALUATION_ID_PREFIX, Uuid::new_v4().simple()),
+            str::to_string,
+        );
+        let state = EvaluationState::of(&slice, &latest);
+        self.turn_limit = Some(state.turn.saturating_add(self.runner.options.max_steps));
+        self.answer_again = AtomicBool::new(state.finished);
+        self.steering = steering
+            .iter()
+            .map(|text| convlog::control::steering_entry(text))
+            .collect();
+        self.evaluation_id = latest;
+        self.slice = Some(slice);
+        self.folded_since = since;
+        self.stream = false;
+        Ok(())
     }
 
     pub(super) fn note_new(&mut self, entries: &[&ConversationEntry]) {
@@ -180,6 +242,10 @@ impl<'r> Evaluation<'r> {
         } else {
             blocking(work).await?
         }?;
+        self.notify(|| RunEvent::Recorded {
+            first_lsn: lsns.start,
+            events: events.clone(),
+        });
         let mut appended = self
             .appended
             .lock()
@@ -329,7 +395,7 @@ impl<'r> Evaluation<'r> {
     async fn pass(&self, view: &mut view::ModelView) -> Result<Pass, RunError> {
         let slice = self.slice.as_ref().expect("refreshed");
         let state = EvaluationState::of(slice, &self.evaluation_id);
-        if state.finished {
+        if state.finished && !self.answer_again.load(Ordering::Relaxed) {
             return Ok(Pass::Stop(StopReason::Final));
         }
         if !state.unfinished.is_empty() {
@@ -345,13 +411,17 @@ impl<'r> Evaluation<'r> {
             return Ok(Pass::Recorded(recorded, None));
         }
         let max_steps = self.runner.options.max_steps;
-        if state.turn >= max_steps {
+        if state.turn >= self.turn_limit.unwrap_or(max_steps) {
             return Ok(Pass::Stop(StopReason::StepLimit { max_steps }));
         }
+        self.answer_again.store(false, Ordering::Relaxed);
         let shown = view.update(slice, &self.evaluation_id);
-        let (id, usage) = match self.curate(slice, shown).await? {
-            Some(curated) => self.step(&curated, &state).await?,
-            None => self.step(shown, &state).await?,
+        let curated = self.curate(slice, shown).await?;
+        let shown = curated.as_deref().unwrap_or(shown);
+        let (id, usage) = if self.steering.is_empty() {
+            self.step(shown, &state).await?
+        } else {
+            self.step(&[shown, &self.steering].concat(), &state).await?
         };
         Ok(Pass::Recorded(vec![id], usage))
     }
@@ -403,7 +473,7 @@ impl<'r> Evaluation<'r> {
             tools: specs,
             render,
         };
-        let reply = match self.observer {
+        let reply = match self.observer.filter(|_| self.stream) {
             Some(observer) => {
                 let forward = move |delta: &StreamDelta| observer(&RunEvent::Delta(delta.clone()));
                 runner.client.complete(request, Some(&forward)).await

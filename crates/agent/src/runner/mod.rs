@@ -326,6 +326,15 @@ pub enum RunEvent {
     },
     /// A tool call finished: its result entry was recorded.
     ToolFinished(ConversationEntry),
+    /// A batch of events was recorded (every append of the run, in the
+    /// order the store acknowledged them; the steps above follow their own
+    /// batch): the LSN of its first event, and the events as recorded.
+    Recorded {
+        /// The LSN of the batch's first event.
+        first_lsn: convlog::Lsn,
+        /// The batch.
+        events: Vec<Event>,
+    },
 }
 
 /// Receives the steps of [`Runner::run_stream`].
@@ -382,6 +391,29 @@ pub enum RunError {
     /// down, or it panicked).
     #[error("a store task did not finish: {0}")]
     Task(String),
+}
+
+/// A conversation claimed for [`Runner::generate`] ([`Runner::claim`]);
+/// dropping it releases the conversation.
+pub struct ConversationClaim {
+    claim: claim::Claim,
+    conversation_id: String,
+}
+
+impl ConversationClaim {
+    /// The claimed conversation.
+    pub fn conversation_id(&self) -> &str {
+        &self.conversation_id
+    }
+}
+
+impl fmt::Debug for ConversationClaim {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("ConversationClaim")
+            .field("conversation_id", &self.conversation_id)
+            .finish()
+    }
 }
 
 /// The agent loop over one store, one model client and one tool set. See
@@ -540,6 +572,64 @@ impl Runner {
             .append(vec![self.recorded(conversation_id, entry.clone()), status])
             .await?;
         Ok(entry)
+    }
+
+    /// Claims `conversation_id` for a [`Runner::generate`] (one runner at
+    /// a time per conversation): while the claim is held, every other run,
+    /// resume, answer or claim of it fails with [`RunError::Busy`]. A host
+    /// that records something before generating (message control's human
+    /// message of a chat request) records it under the claim, so no other
+    /// run answers it first.
+    pub fn claim(&self, conversation_id: &str) -> Result<ConversationClaim, RunError> {
+        Ok(ConversationClaim {
+            claim: claim::Claim::take(&self.store, conversation_id)?,
+            conversation_id: conversation_id.to_string(),
+        })
+    }
+
+    /// Message control's generation, recorded step by step: carries the
+    /// claimed conversation's latest evaluation on, whatever recorded it
+    /// (this runner, message control's `add_messages`, a host's append).
+    ///
+    /// - unfinished calls the runner has tools for are run (again, marked
+    ///   resumed, when their `running` status was recorded), the finished
+    ///   ones never; calls to tools it does not have stop the run with
+    ///   [`StopReason::PendingCalls`];
+    /// - when every call is answered the model is called, and the loop goes
+    ///   on as in [`Runner::run`]; an evaluation that already ended (its
+    ///   last entry a final answer) is answered again once, as message
+    ///   control's `invoke` does;
+    /// - `steering` texts are shown to the model as system messages after
+    ///   the conversation, at every model call of this generation, and
+    ///   never recorded (message control's temporary steering);
+    /// - [`RunnerOptions::max_steps`] counts the model calls of this
+    ///   generation (not of the evaluation, which message control keeps
+    ///   open across many requests).
+    ///
+    /// Nothing else is recorded at the start: a host records the human or
+    /// system message first, under the claim. A conversation with no
+    /// entries gets a new evaluation (`eval-<uuid>`). The model's replies
+    /// are requested whole: `observer` gets the steps and every recorded
+    /// batch ([`RunEvent::Recorded`]), no deltas.
+    ///
+    /// # Panics
+    ///
+    /// If `claim` was taken on another store's runner.
+    pub async fn generate(
+        &self,
+        claim: &ConversationClaim,
+        steering: &[String],
+        observer: Option<RunObserver<'_>>,
+    ) -> Result<RunOutcome, RunError> {
+        assert!(
+            claim.claim.is_of(&self.store),
+            "a claim is used with a runner of its own store"
+        );
+        let conversation_id = claim.conversation_id.as_str();
+        let mut evaluation = drive::Evaluation::new(self, conversation_id, "", observer);
+        evaluation.latest(steering).await?;
+        let stop = evaluation.drive().await?;
+        evaluation.outcome(stop).await
     }
 
     async fn start(

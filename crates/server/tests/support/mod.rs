@@ -190,7 +190,19 @@ impl TestServer {
     pub async fn start(mcp: bool) -> TestServer {
         let upstream = Upstream::start().await;
         let dir = tempfile::tempdir().unwrap();
-        let config = Config::parse(&config_text(&upstream.url, mcp)).unwrap();
+        TestServer::start_with(upstream, dir, mcp, "").await
+    }
+
+    /// A server on the store in `dir` (kept from an earlier server), with
+    /// `upstream`, and `extra` configuration lines before the agents.
+    pub async fn start_with(
+        upstream: Upstream,
+        dir: tempfile::TempDir,
+        mcp: bool,
+        extra: &str,
+    ) -> TestServer {
+        let text = format!("{extra}\n{}", config_text(&upstream.url, mcp));
+        let config = Config::parse(&text).unwrap();
         let server = Server::open(&dir.path().join("store"), &config, |name| {
             (name == "BOB_TOKEN").then(|| BOB.to_string())
         })

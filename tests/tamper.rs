@@ -641,3 +641,37 @@ fn restore(copy: &Path, store: &Path) {
     }
     copy_store(copy, store);
 }
+
+#[test]
+fn a_tamper_evident_conversation_store_snapshots_reopens_and_verifies() {
+    use convlog::model::{ConversationEntry, Role};
+    use convlog::store::StoreOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let head = outside.path().join("head");
+    let options = || {
+        StoreOptions::new().log(
+            LogOptions::new().tamper(
+                TamperOptions::new(key())
+                    .checkpoint_path(&head)
+                    .checkpoint_every_events(3),
+            ),
+        )
+    };
+    for round in 0..2u64 {
+        let store = convlog::Store::open(dir.path(), options()).unwrap();
+        for sequence in 0..4 {
+            let entry =
+                ConversationEntry::new("e", round * 4 + sequence, Role::User, Some("hi".into()));
+            store.append(&[entry.recorded_in("c")]).unwrap();
+        }
+        store.snapshot().unwrap();
+    }
+    let store = convlog::Store::open(dir.path(), options()).unwrap();
+    assert_eq!(store.conversation("c").unwrap().entries().count(), 8);
+    drop(store);
+    convlog::store::verify(dir.path(), &mut |_| {}).unwrap();
+    let checkpoint = Checkpoint::load(&head).unwrap();
+    assert_eq!(checkpoint.lsn, 6);
+    tamper::verify(dir.path(), Some(&key()), None, Some(&checkpoint)).unwrap();
+}

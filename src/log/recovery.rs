@@ -935,7 +935,13 @@ fn check_version(path: &Path, bytes: &[u8]) -> Result<()> {
         Some(version) => Err(Error::UnsupportedVersion {
             path: path.to_path_buf(),
             version,
-            supported: format::FORMAT_VERSION,
+            // The nearest version this build reads: an older store is told
+            // about version 2 (its migration target), a newer one about 3.
+            supported: if version < format::FORMAT_VERSION_PLAIN {
+                format::FORMAT_VERSION_PLAIN
+            } else {
+                format::FORMAT_VERSION
+            },
         }),
         None => Ok(()),
     }

@@ -19,11 +19,15 @@
 //!    `fdatasync`, `notify_all`) and SQLite (WAL, `synchronous=FULL`, one
 //!    shared connection), 700-byte payloads, fresh store per round, median
 //!    of 3 interleaved rounds; CPU per durable append.
+//! 6. Tamper evidence (issue 16): the same log with and without the keyed
+//!    chain (`LogOptions::tamper`), `Sync` at 1 thread and `Group` at 64,
+//!    700-byte payloads, fresh store per round, rounds interleaved, medians;
+//!    the overhead is the ratio within the same run.
 //!
 //! Run with `cargo bench --bench log_append`. Environment:
 //! - `CONVLOG_BENCH_SECONDS`: length of each measured phase (default 2 s);
 //! - `CONVLOG_BENCH_ONLY`: a comma-separated subset of `disk`, `sync`,
-//!   `group`, `none`, `one`, `many` (default all);
+//!   `group`, `none`, `one`, `many`, `tamper` (default all);
 //! - `CONVLOG_BENCH_ROUNDS`: rounds of the one-writer comparison and of the
 //!   `None` section (default 3);
 //! - `CONVLOG_BENCH_THREADS`: the Group thread counts (default `1,8,64,256`);
@@ -94,6 +98,9 @@ fn main() -> BenchResult<()> {
     } else {
         Vec::new()
     };
+    if selected("tamper") {
+        bench_tamper(duration)?;
+    }
     print_summary(sync.as_ref(), &group, &none);
     print_many_summary(&many);
     Ok(())
@@ -1301,4 +1308,65 @@ fn print_many_summary(rows: &[ManyRow]) {
     }
     section("Summary, many writers (issue 15)");
     table.print();
+}
+
+// ---------------------------------------------------------------------------
+// 6. Tamper evidence: the keyed chain's cost on the write path
+
+/// Rounds of the tamper comparison unless `CONVLOG_BENCH_ROUNDS` says.
+const TAMPER_ROUNDS_DEFAULT: f64 = 3.0;
+/// Writer threads of the `Group` comparison.
+const TAMPER_GROUP_THREADS: usize = 64;
+
+fn bench_tamper(duration: Duration) -> BenchResult<()> {
+    section("6. Tamper evidence: appends/s with and without the keyed chain, 700-byte payloads");
+    let pool = common::fixed_payloads(POOL_SEED ^ 0x0716, POOL_PAYLOADS, ONE_WRITER_PAYLOAD_BYTES);
+    let rounds = common::env_f64("CONVLOG_BENCH_ROUNDS", TAMPER_ROUNDS_DEFAULT).max(1.0) as usize;
+    let key = || convlog::tamper::TamperKey::from_seed([0x16; 32]);
+    let cases = [
+        ("Sync, 1 thread", Durability::Sync, 1),
+        ("Group, 64 threads", Durability::Group, TAMPER_GROUP_THREADS),
+    ];
+    let mut table = Table::new(&[
+        "case",
+        "plain appends/s",
+        "tamper-evident appends/s",
+        "tamper/plain",
+    ]);
+    for (name, durability, threads) in cases {
+        let mut plain = Vec::new();
+        let mut keyed = Vec::new();
+        let mut ratios = Vec::new();
+        for round in 0..rounds {
+            let mut pair = [0.0; 2];
+            for step in 0..2 {
+                let which = (step + round) % 2;
+                let mut options = log_options(durability);
+                if which == 1 {
+                    options = options.tamper(convlog::tamper::TamperOptions::new(key()));
+                }
+                pair[which] = run_log("tamper", options, threads, duration, &pool, 1)?
+                    .measured
+                    .ops_per_sec();
+            }
+            plain.push(pair[0]);
+            keyed.push(pair[1]);
+            ratios.push(pair[1] / pair[0]);
+        }
+        let cell = |values: &[f64]| {
+            let (median, low, high) = median_range(values);
+            format!("{} [{}..{}]", grouped(median), grouped(low), grouped(high))
+        };
+        let (ratio, low, high) = median_range(&ratios);
+        table.row(vec![
+            name.to_string(),
+            cell(&plain),
+            cell(&keyed),
+            format!("{ratio:.3} [{low:.3}..{high:.3}]"),
+        ]);
+    }
+    table.print();
+    println!();
+    println!("median [min..max] of {rounds} interleaved rounds; the ratio is per round, same run");
+    Ok(())
 }

@@ -47,6 +47,27 @@ pub enum Error {
         reason: String,
     },
 
+    /// The log's bytes are intact (every checksum holds) but its keyed chain
+    /// or a signed checkpoint proves they are not what the writer wrote:
+    /// someone edited, removed, reordered, inserted, replayed or rolled back
+    /// frames (see `docs/tamper.md`). Accidental damage is `Corrupted`.
+    #[error("store {store} was tampered with: {kind} at LSN {lsn} (segment {segment}, offset {offset}): {detail}")]
+    Tampered {
+        /// The store directory.
+        store: PathBuf,
+        /// What kind of tampering the evidence shows.
+        kind: crate::tamper::TamperKind,
+        /// The LSN where the evidence is (the first event of the frame at
+        /// fault, or the LSN a checkpoint covers).
+        lsn: u64,
+        /// The segment holding that frame (the last segment for a missing tail).
+        segment: PathBuf,
+        /// Byte offset of the frame in that segment.
+        offset: u64,
+        /// What was found, in words.
+        detail: String,
+    },
+
     /// An earlier write or fsync failed; the writer acknowledges nothing more.
     #[error("the writer of store {store} stopped after an I/O failure ({cause}); reopen the store to continue")]
     Poisoned {
@@ -511,6 +532,7 @@ pub enum Error {
 ///         Error::Locked { .. } => "Locked",
 ///         Error::Corrupted { .. } => "Corrupted",
 ///         Error::Poisoned { .. } => "Poisoned",
+///         Error::Tampered { .. } => "Tampered",
 ///         Error::UnsupportedVersion { .. } => "UnsupportedVersion",
 ///         Error::InvalidEvent { .. } => "InvalidEvent",
 ///         Error::ConversationNotFound { .. } => "ConversationNotFound",

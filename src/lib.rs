@@ -133,6 +133,7 @@ pub mod reducer;
 pub mod resume;
 pub mod storage;
 pub mod store;
+pub mod tamper;
 
 pub use control::MessageControl;
 pub use conversation::ConversationSlice;

@@ -21,6 +21,10 @@
 //! 6. a full disk fails appends with an error that says so, and the store
 //!    reopens with nothing acknowledged lost once there is space again.
 //!
+//! Every fourth seed (seed % 4 == 3) runs a tamper-evident store
+//! (`LogOptions::tamper`): frames carry trailers, and every reopen resumes
+//! the keyed chain from the last frame and checks its tag.
+//!
 //! `CONVLOG_SIM_SEEDS=N` runs N seeds (default 2000); `CONVLOG_SIM_SEED=S`
 //! runs seed S alone and prints its operations. `CONVLOG_SIM_STALE=1` lets
 //! a crash expose stale bytes of space a truncation freed, and
@@ -193,6 +197,9 @@ enum ThreadOp {
 
 struct Sim {
     seed: u64,
+    /// A tamper-evident store (every fourth seed; drawn from the seed, not
+    /// the random stream, so every seed's operations stay as they were).
+    tamper: bool,
     rng: Rng,
     storage: SimStorage,
     log: Option<Log>,
@@ -265,6 +272,7 @@ impl Sim {
         let threads = rng.below(2) == 0;
         Sim {
             seed,
+            tamper: seed % 4 == 3,
             rng,
             storage,
             log: None,
@@ -315,9 +323,19 @@ impl Sim {
     }
 
     fn options(&self, storage: &SimStorage) -> LogOptions {
-        LogOptions::new()
+        let options = LogOptions::new()
             .storage(Arc::new(storage.clone()))
-            .segment_bytes_max(SEGMENT_BYTES_MAX)
+            .segment_bytes_max(SEGMENT_BYTES_MAX);
+        // Every reopen of a tamper-evident store resumes the keyed chain
+        // from the last frame's trailer and checks its tag: a crash image
+        // whose chain head does not authenticate would fail the open.
+        if self.tamper {
+            options.tamper(convlog::tamper::TamperOptions::new(
+                convlog::tamper::TamperKey::from_seed([self.seed as u8; 32]),
+            ))
+        } else {
+            options
+        }
     }
 
     /// Replaces the disk (by a crashed one), counting the faults the old

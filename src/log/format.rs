@@ -12,8 +12,16 @@ use crate::log::Lsn;
 
 /// Magic bytes at the start of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"CVLOGSEG";
-/// The segment format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+/// The newest segment format version this build writes and reads: version
+/// 3, a tamper-evident segment, whose frames each end in a
+/// [`FrameTrailer`]. Version 2 ([`FORMAT_VERSION_PLAIN`]) is the same
+/// layout without trailers; a store is one or the other from its creation.
+pub const FORMAT_VERSION: u32 = FORMAT_VERSION_KEYED;
+/// The version of a segment without tamper evidence (frames without trailers).
+pub const FORMAT_VERSION_PLAIN: u32 = 2;
+/// The version of a tamper-evident segment: every frame ends in a
+/// [`FrameTrailer`] of [`FRAME_TRAILER_BYTES`].
+pub const FORMAT_VERSION_KEYED: u32 = 3;
 
 /// A store's identity: 16 random bytes chosen when the store is created,
 /// carried by every segment header and every snapshot header.
@@ -61,6 +69,74 @@ const _: () = assert!(FRAME_HEADER_BYTES == 32);
 /// Each event in a frame body is prefixed with its length as a `u32`.
 pub const EVENT_LENGTH_PREFIX_BYTES: usize = 4;
 
+/// Bytes of the trailer that ends every frame of a tamper-evident
+/// (version 3) segment, inside the frame's body, after its events.
+pub const FRAME_TRAILER_BYTES: usize = 64;
+/// Bytes of a digest of the frame chain (BLAKE3).
+pub const CHAIN_DIGEST_BYTES: usize = 32;
+/// Bytes of a frame's keyed tag (a BLAKE3 keyed hash, truncated).
+pub const FRAME_TAG_BYTES: usize = 16;
+const TRAILER_AUTH_LSN_OFFSET: usize = 0;
+const TRAILER_EPOCH_OFFSET: usize = TRAILER_AUTH_LSN_OFFSET + 8;
+const TRAILER_RESERVED_OFFSET: usize = TRAILER_EPOCH_OFFSET + 4;
+const TRAILER_DIGEST_OFFSET: usize = TRAILER_RESERVED_OFFSET + 4;
+const TRAILER_TAG_OFFSET: usize = TRAILER_DIGEST_OFFSET + CHAIN_DIGEST_BYTES;
+const _: () = assert!(TRAILER_TAG_OFFSET + FRAME_TAG_BYTES == FRAME_TRAILER_BYTES);
+
+/// The trailer of a frame in a tamper-evident segment (`docs/format.md`,
+/// 2.7): what the writer computed for the frame with the store's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameTrailer {
+    /// The LSN the writer gave the frame's first event (equal to the
+    /// frame's `first_lsn` unless someone moved the frame).
+    pub auth_lsn: Lsn,
+    /// Which key tagged the frame: 0 for the store's first key, one more at
+    /// each rotation.
+    pub key_epoch: u32,
+    /// Written as zero; `verify --key` rejects anything else.
+    pub reserved: u32,
+    /// The digest chain after this frame: BLAKE3 over the previous digest,
+    /// the store identity, the LSN, the event count and the events.
+    pub digest: [u8; CHAIN_DIGEST_BYTES],
+    /// The keyed tag: BLAKE3 keyed with the epoch's key over the epoch, the
+    /// LSN and `digest`, truncated to 16 bytes.
+    pub tag: [u8; FRAME_TAG_BYTES],
+}
+
+impl FrameTrailer {
+    /// The trailer's bytes.
+    pub fn encode(&self) -> [u8; FRAME_TRAILER_BYTES] {
+        let mut out = [0u8; FRAME_TRAILER_BYTES];
+        out[TRAILER_AUTH_LSN_OFFSET..TRAILER_EPOCH_OFFSET]
+            .copy_from_slice(&self.auth_lsn.to_le_bytes());
+        out[TRAILER_EPOCH_OFFSET..TRAILER_RESERVED_OFFSET]
+            .copy_from_slice(&self.key_epoch.to_le_bytes());
+        out[TRAILER_RESERVED_OFFSET..TRAILER_DIGEST_OFFSET]
+            .copy_from_slice(&self.reserved.to_le_bytes());
+        out[TRAILER_DIGEST_OFFSET..TRAILER_TAG_OFFSET].copy_from_slice(&self.digest);
+        out[TRAILER_TAG_OFFSET..].copy_from_slice(&self.tag);
+        out
+    }
+
+    /// Reads a trailer from exactly [`FRAME_TRAILER_BYTES`] bytes.
+    pub fn decode(bytes: &[u8]) -> Option<FrameTrailer> {
+        if bytes.len() != FRAME_TRAILER_BYTES {
+            return None;
+        }
+        let mut digest = [0u8; CHAIN_DIGEST_BYTES];
+        digest.copy_from_slice(&bytes[TRAILER_DIGEST_OFFSET..TRAILER_TAG_OFFSET]);
+        let mut tag = [0u8; FRAME_TAG_BYTES];
+        tag.copy_from_slice(&bytes[TRAILER_TAG_OFFSET..]);
+        Some(FrameTrailer {
+            auth_lsn: read_u64(bytes, TRAILER_AUTH_LSN_OFFSET),
+            key_epoch: read_u32(bytes, TRAILER_EPOCH_OFFSET),
+            reserved: read_u32(bytes, TRAILER_RESERVED_OFFSET),
+            digest,
+            tag,
+        })
+    }
+}
+
 /// Largest payload of one event, in bytes.
 pub const EVENT_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Most events in one atomic batch (one frame).
@@ -93,6 +169,8 @@ fn read_u64(bytes: &[u8], offset: usize) -> u64 {
 /// A decoded segment header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
+    /// Version 3 ([`FORMAT_VERSION_KEYED`]): every frame carries a trailer.
+    pub keyed: bool,
     /// LSN of the first event in the segment.
     pub first_lsn: Lsn,
     /// The identity of the store the segment belongs to.
@@ -116,6 +194,9 @@ pub struct SegmentLink {
     /// Checksum of the frame just before the segment (of the log, across
     /// segments), or [`GENESIS_CHAIN`] for the store's first segment.
     pub prev_chain: u32,
+    /// Whether the store is tamper-evident: the segment is written as
+    /// version 3 and its frames carry trailers.
+    pub keyed: bool,
 }
 
 /// Encodes the header of a segment whose first event has LSN `first_lsn`.
@@ -129,8 +210,14 @@ pub fn encode_segment_header(
 ) -> [u8; SEGMENT_HEADER_BYTES] {
     let mut header = [0u8; SEGMENT_HEADER_BYTES];
     header[SEGMENT_MAGIC_OFFSET..SEGMENT_VERSION_OFFSET].copy_from_slice(&SEGMENT_MAGIC);
-    header[SEGMENT_VERSION_OFFSET..SEGMENT_HEADER_BYTES_OFFSET]
-        .copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    header[SEGMENT_VERSION_OFFSET..SEGMENT_HEADER_BYTES_OFFSET].copy_from_slice(
+        &if link.keyed {
+            FORMAT_VERSION_KEYED
+        } else {
+            FORMAT_VERSION_PLAIN
+        }
+        .to_le_bytes(),
+    );
     header[SEGMENT_HEADER_BYTES_OFFSET..SEGMENT_FIRST_LSN_OFFSET]
         .copy_from_slice(&(SEGMENT_HEADER_BYTES as u32).to_le_bytes());
     header[SEGMENT_FIRST_LSN_OFFSET..SEGMENT_STORE_ID_OFFSET]
@@ -154,9 +241,9 @@ pub fn decode_segment_header(bytes: &[u8]) -> Result<SegmentHeader, String> {
             return Err("bad segment magic (not a convlog segment)".to_string());
         }
         let version = read_u32(bytes, SEGMENT_VERSION_OFFSET);
-        if version != FORMAT_VERSION {
+        if !is_supported_version(version) {
             return Err(format!(
-                "segment format version {version} is not supported (this build reads {FORMAT_VERSION})"
+                "segment format version {version} is not supported (this build reads {FORMAT_VERSION_PLAIN} and {FORMAT_VERSION_KEYED})"
             ));
         }
     }
@@ -192,6 +279,7 @@ pub fn decode_segment_header(bytes: &[u8]) -> Result<SegmentHeader, String> {
     let mut store_id = [0u8; STORE_ID_BYTES];
     store_id.copy_from_slice(&bytes[SEGMENT_STORE_ID_OFFSET..SEGMENT_PREV_CHAIN_OFFSET]);
     Ok(SegmentHeader {
+        keyed: read_u32(bytes, SEGMENT_VERSION_OFFSET) == FORMAT_VERSION_KEYED,
         first_lsn,
         store_id,
         prev_chain: read_u32(bytes, SEGMENT_PREV_CHAIN_OFFSET),
@@ -209,7 +297,12 @@ pub fn foreign_segment_version(bytes: &[u8]) -> Option<u32> {
     {
         return None;
     }
-    Some(read_u32(bytes, SEGMENT_VERSION_OFFSET)).filter(|&version| version != FORMAT_VERSION)
+    Some(read_u32(bytes, SEGMENT_VERSION_OFFSET)).filter(|&version| !is_supported_version(version))
+}
+
+/// The segment versions this build reads: 2 (plain) and 3 (keyed).
+fn is_supported_version(version: u32) -> bool {
+    version == FORMAT_VERSION_PLAIN || version == FORMAT_VERSION_KEYED
 }
 
 /// Number of bytes a frame holding `payloads` occupies on disk.
@@ -233,6 +326,7 @@ pub fn frame_bytes<P: AsRef<[u8]>>(payloads: &[P]) -> usize {
 /// checksum, the next frame's `previous_crc`.
 ///
 /// The caller has checked the limits (`check_batch`).
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub fn encode_frame<P: AsRef<[u8]>>(
     out: &mut Vec<u8>,
     first_lsn: Lsn,
@@ -240,8 +334,28 @@ pub fn encode_frame<P: AsRef<[u8]>>(
     previous_crc: u32,
     payloads: &[P],
 ) -> u32 {
+    encode_frame_with_trailer(out, first_lsn, durable_lsn, previous_crc, payloads, None)
+}
+
+/// [`encode_frame`] for a tamper-evident segment: the frame's body ends in
+/// `trailer` (its [`FRAME_TRAILER_BYTES`] count in `body_bytes` and are
+/// covered by the frame's `crc`). The caller has checked the limits with
+/// room for the trailer.
+pub fn encode_frame_with_trailer<P: AsRef<[u8]>>(
+    out: &mut Vec<u8>,
+    first_lsn: Lsn,
+    durable_lsn: Lsn,
+    previous_crc: u32,
+    payloads: &[P],
+    trailer: Option<&FrameTrailer>,
+) -> u32 {
     let start = out.len();
-    let body_bytes = frame_bytes(payloads) - FRAME_HEADER_BYTES;
+    let trailer_bytes = if trailer.is_some() {
+        FRAME_TRAILER_BYTES
+    } else {
+        0
+    };
+    let body_bytes = frame_bytes(payloads) - FRAME_HEADER_BYTES + trailer_bytes;
     debug_assert!(body_bytes <= BATCH_BYTES_MAX);
     debug_assert!(!payloads.is_empty() && payloads.len() <= BATCH_EVENTS_MAX);
     out.reserve(FRAME_HEADER_BYTES + body_bytes);
@@ -255,6 +369,9 @@ pub fn encode_frame<P: AsRef<[u8]>>(
         let payload = payload.as_ref();
         out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
         out.extend_from_slice(payload);
+    }
+    if let Some(trailer) = trailer {
+        out.extend_from_slice(&trailer.encode());
     }
     let crc = crc32fast::hash(&out[start + FRAME_BODY_BYTES_OFFSET..]);
     out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
@@ -274,14 +391,23 @@ pub struct Frame<'a> {
     pub previous_crc: u32,
     /// This frame's checksum.
     pub crc: u32,
-    /// The frame body: `event_count` length-prefixed payloads.
+    /// The frame body: `event_count` length-prefixed payloads (without the
+    /// trailer of a tamper-evident frame).
     pub body: &'a [u8],
+    /// The trailer's bytes: [`FRAME_TRAILER_BYTES`] in a tamper-evident
+    /// frame, empty otherwise.
+    pub trailer_bytes: &'a [u8],
 }
 
 impl<'a> Frame<'a> {
     /// Bytes the whole frame occupies, header included.
     pub fn size_bytes(&self) -> usize {
-        FRAME_HEADER_BYTES + self.body.len()
+        FRAME_HEADER_BYTES + self.body.len() + self.trailer_bytes.len()
+    }
+
+    /// The trailer of a tamper-evident frame.
+    pub fn trailer(&self) -> Option<FrameTrailer> {
+        FrameTrailer::decode(self.trailer_bytes)
     }
 
     /// LSN one past the last event of the frame.
@@ -377,9 +503,10 @@ pub fn decode_frame(bytes: &[u8]) -> FrameDecode<'_> {
     }
     let event_count = read_u32(bytes, FRAME_EVENT_COUNT_OFFSET);
     let body = &bytes[FRAME_HEADER_BYTES..frame_bytes];
-    if !body_is_well_formed(body, event_count as usize) {
+    let Some(events_bytes) = events_bytes(body, event_count as usize) else {
         return FrameDecode::Invalid("frame body does not split into its event count");
-    }
+    };
+    let (body, trailer_bytes) = body.split_at(events_bytes);
     FrameDecode::Complete(Frame {
         first_lsn: read_u64(bytes, FRAME_FIRST_LSN_OFFSET),
         durable_lsn: read_u64(bytes, FRAME_DURABLE_LSN_OFFSET),
@@ -387,6 +514,7 @@ pub fn decode_frame(bytes: &[u8]) -> FrameDecode<'_> {
         previous_crc: read_u32(bytes, FRAME_PREVIOUS_CRC_OFFSET),
         crc: stored_crc,
         body,
+        trailer_bytes,
     })
 }
 
@@ -400,19 +528,21 @@ pub fn frame_length_from_header(header: &[u8]) -> Result<usize, &'static str> {
     check_frame_header(&header[..FRAME_HEADER_BYTES]).map(|body| FRAME_HEADER_BYTES + body)
 }
 
-fn body_is_well_formed(body: &[u8], event_count: usize) -> bool {
+fn events_bytes(body: &[u8], event_count: usize) -> Option<usize> {
     let mut rest = body;
     for _ in 0..event_count {
         if rest.len() < EVENT_LENGTH_PREFIX_BYTES {
-            return false;
+            return None;
         }
         let length = read_u32(rest, 0) as usize;
         if length > EVENT_BYTES_MAX || rest.len() - EVENT_LENGTH_PREFIX_BYTES < length {
-            return false;
+            return None;
         }
         rest = &rest[EVENT_LENGTH_PREFIX_BYTES + length..];
     }
-    rest.is_empty()
+    // Nothing left over, or exactly a trailer (whether the segment's frames
+    // carry one is checked by the scan, which knows the segment's version).
+    (rest.is_empty() || rest.len() == FRAME_TRAILER_BYTES).then_some(body.len() - rest.len())
 }
 
 #[cfg(test)]
@@ -424,6 +554,7 @@ mod tests {
         let link = SegmentLink {
             store_id: [7; STORE_ID_BYTES],
             prev_chain: 0x1234_5678,
+            keyed: false,
         };
         let header = encode_segment_header(42, link, 0xdead_beef);
         let decoded = decode_segment_header(&header).unwrap();
@@ -457,6 +588,42 @@ mod tests {
         assert_eq!(frame.end_lsn(), 10);
         assert_eq!(frame.size_bytes(), out.len());
         assert_eq!(frame.events().collect::<Vec<_>>(), payloads.to_vec());
+    }
+
+    #[test]
+    fn a_keyed_header_and_a_frame_with_a_trailer_round_trip() {
+        let link = SegmentLink {
+            store_id: [3; STORE_ID_BYTES],
+            prev_chain: 0,
+            keyed: true,
+        };
+        let header = decode_segment_header(&encode_segment_header(1, link, 5)).unwrap();
+        assert!(header.keyed);
+        let trailer = FrameTrailer {
+            auth_lsn: 7,
+            key_epoch: 2,
+            reserved: 0,
+            digest: [9; CHAIN_DIGEST_BYTES],
+            tag: [4; FRAME_TAG_BYTES],
+        };
+        let mut out = Vec::new();
+        let payloads: [&[u8]; 2] = [b"one", b""];
+        encode_frame_with_trailer(&mut out, 7, 7, 1, &payloads, Some(&trailer));
+        assert_eq!(out.len(), frame_bytes(&payloads) + FRAME_TRAILER_BYTES);
+        let FrameDecode::Complete(frame) = decode_frame(&out) else {
+            panic!("frame did not decode");
+        };
+        assert_eq!(frame.events().collect::<Vec<_>>(), payloads.to_vec());
+        assert_eq!(frame.trailer(), Some(trailer));
+        assert_eq!(frame.size_bytes(), out.len());
+        for bit in 0..out.len() * 8 {
+            let mut damaged = out.clone();
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                !matches!(decode_frame(&damaged), FrameDecode::Complete(_)),
+                "bit {bit} flip accepted"
+            );
+        }
     }
 
     #[test]

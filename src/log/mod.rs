@@ -40,7 +40,7 @@ pub(crate) mod recovery;
 pub mod segment;
 #[cfg(not(feature = "testing"))]
 pub(crate) mod segment;
-mod writer;
+pub(crate) mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -164,6 +164,11 @@ pub struct LogOptions {
     pub create_in_nonempty_dir: bool,
     /// The storage to use (the real file system by default).
     pub storage: Arc<dyn Storage>,
+    /// Tamper evidence (`docs/tamper.md`): a keyed chain over the frames
+    /// and signed checkpoints. `None` by default. Chosen when the store is
+    /// created: a tamper-evident store opens for writing only with its key,
+    /// and a plain store never with one.
+    pub tamper: Option<crate::tamper::TamperOptions>,
 }
 
 impl Default for LogOptions {
@@ -175,6 +180,7 @@ impl Default for LogOptions {
             full_check_from_lsn: 1,
             create_in_nonempty_dir: false,
             storage: Arc::new(FileSystem),
+            tamper: None,
         }
     }
 }
@@ -213,6 +219,13 @@ impl LogOptions {
     /// holds other files.
     pub fn create_in_nonempty_dir(mut self, create_in_nonempty_dir: bool) -> LogOptions {
         self.create_in_nonempty_dir = create_in_nonempty_dir;
+        self
+    }
+
+    /// Makes the store tamper-evident with `tamper`'s key (at creation),
+    /// or gives the key of a tamper-evident store (`docs/tamper.md`).
+    pub fn tamper(mut self, tamper: crate::tamper::TamperOptions) -> LogOptions {
+        self.tamper = Some(tamper);
         self
     }
 
@@ -264,6 +277,9 @@ pub struct Log {
     /// `Periodic` append skip the mutex when the thread already runs at
     /// least as often as it asks.
     syncer_interval_nanos: AtomicU64,
+    /// The LSN of the newest checkpoint published (serializes publishing,
+    /// so an older checkpoint never replaces a newer one).
+    last_checkpoint: Mutex<Option<Lsn>>,
     /// The store directory's lock, then the `LOCK` file's.
     _locks: [LockGuard; 2],
 }
@@ -293,6 +309,9 @@ impl Log {
     pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> Result<Log> {
         options.check()?;
         let dir = dir.as_ref().to_path_buf();
+        if let Some(tamper) = &options.tamper {
+            tamper.check(&dir)?;
+        }
         let storage = Arc::clone(&options.storage);
         create_store_directory(storage.as_ref(), &dir)?;
         let directory_lock = take_lock(storage.as_ref(), &dir, &dir)?;
@@ -307,6 +326,7 @@ impl Log {
             recovery::RecoveryOptions {
                 salvage: options.salvage,
                 full_check_from_lsn: options.full_check_from_lsn,
+                keyed: options.tamper.is_some(),
             },
         )?;
         // `LOCK` (for older versions, which lock only it) is created once the
@@ -327,11 +347,41 @@ impl Log {
             recovered.active_bytes,
             next_lsn,
         ));
+        let chain = match (&options.tamper, recovered.keyed) {
+            (Some(tamper), true) => Some(crate::tamper::resume_head(
+                storage.as_ref(),
+                &dir,
+                &recovered,
+                &tamper.key,
+            )?),
+            (Some(_), false) => {
+                return Err(Error::InvalidOption {
+                    option: "LogOptions::tamper",
+                    reason: format!(
+                        "store {} was created without tamper evidence (its segments are format version {}); tamper evidence is chosen when a store is created: copy its events into a new store opened with the key",
+                        dir.display(),
+                        format::FORMAT_VERSION_PLAIN
+                    ),
+                })
+            }
+            (None, true) => {
+                return Err(Error::InvalidOption {
+                    option: "LogOptions::tamper",
+                    reason: format!(
+                        "store {} is tamper-evident (format version {}): only a writer with its key may append; give the key file (`--key` on the command line)",
+                        dir.display(),
+                        format::FORMAT_VERSION_KEYED
+                    ),
+                })
+            }
+            (None, false) => None,
+        };
         let writer = Arc::new(writer::Writer::new(
             dir,
             options.clone(),
             &recovered,
             Arc::clone(&view),
+            chain,
         ));
         let log = Log {
             writer,
@@ -340,6 +390,7 @@ impl Log {
             durability: options.durability,
             syncer: Mutex::new(None),
             syncer_interval_nanos: AtomicU64::new(0),
+            last_checkpoint: Mutex::new(None),
             _locks: [directory_lock, file_lock],
         };
         log.prepare(options.durability)?;
@@ -374,7 +425,56 @@ impl Log {
         durability: Durability,
     ) -> Result<(std::ops::Range<Lsn>, Position)> {
         self.prepare(durability)?;
-        self.writer.append(payloads, durability)
+        let appended = self.writer.append(payloads, durability)?;
+        if let Some(every) = self
+            .writer
+            .tamper()
+            .and_then(|tamper| tamper.checkpoint_every_events)
+        {
+            let range = &appended.0;
+            if (range.start - 1) / every != (range.end - 1) / every {
+                // The events are appended whatever happens here: a failed
+                // checkpoint is logged, and the next interval tries again.
+                if let Err(error) = self.checkpoint() {
+                    tracing::warn!(store = %self.dir().display(), %error, "signing or publishing a tamper checkpoint failed");
+                }
+            }
+        }
+        Ok(appended)
+    }
+
+    /// Signs a checkpoint of a tamper-evident log (`docs/tamper.md`): makes
+    /// everything appended so far durable, signs (store identity, last LSN,
+    /// chain digest) with the key, writes it to
+    /// [`TamperOptions::checkpoint_path`](crate::tamper::TamperOptions::checkpoint_path)
+    /// and calls the host's callback. Fails with `Error::InvalidOption` for
+    /// a log without tamper evidence.
+    pub fn checkpoint(&self) -> Result<crate::tamper::Checkpoint> {
+        let (Some(tamper), Some((lsn, digest))) = (self.writer.tamper(), self.writer.chain_head())
+        else {
+            return Err(Error::InvalidOption {
+                option: "LogOptions::tamper",
+                reason: format!(
+                    "store {} is not tamper-evident: there is nothing to sign",
+                    self.dir().display()
+                ),
+            });
+        };
+        self.writer.sync()?;
+        let checkpoint = tamper.key.sign(self.writer.store_id(), lsn, digest);
+        let mut last = self.last_checkpoint.lock();
+        if last.is_some_and(|last| last > lsn) {
+            // A newer checkpoint was published meanwhile.
+            return Ok(checkpoint);
+        }
+        if let Some(path) = &tamper.checkpoint_path {
+            checkpoint.publish(path)?;
+        }
+        *last = Some(lsn);
+        if let Some(callback) = &tamper.on_checkpoint {
+            callback(&checkpoint);
+        }
+        Ok(checkpoint)
     }
 
     /// The durability appends get by default.

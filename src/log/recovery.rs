@@ -86,6 +86,10 @@ pub struct SegmentScan {
     pub probe_chain: Option<u32>,
     /// How the scan ended.
     pub end: ScanEnd,
+    /// A tamper-evident (version 3) segment: every frame carries a trailer.
+    pub keyed: bool,
+    /// The trailer of the last valid frame (tamper-evident segments only).
+    pub last_trailer: Option<format::FrameTrailer>,
 }
 
 /// Checks every frame of a segment's bytes.
@@ -117,15 +121,20 @@ pub fn scan_segment_probe(
         link_out: header.prev_chain,
         probe_chain: (probe == header.first_lsn).then_some(header.prev_chain),
         end: ScanEnd::Clean,
+        keyed: header.keyed,
+        last_trailer: None,
     };
     let mut offset = SEGMENT_HEADER_BYTES;
     while offset < bytes.len() {
         let problem = match format::decode_frame(&bytes[offset..]) {
             FrameDecode::Complete(frame) => {
-                match frame_follows(&frame, scan.next_lsn, scan.chain_crc) {
+                match frame_follows(&frame, scan.next_lsn, scan.chain_crc)
+                    .and_then(|()| trailer_matches(&frame, header.keyed))
+                {
                     Ok(()) => {
                         offset += frame.size_bytes();
                         scan.frames += 1;
+                        scan.last_trailer = frame.trailer();
                         scan.chain_crc = frame.crc;
                         scan.link_out = frame.crc;
                         scan.next_lsn = frame.end_lsn();
@@ -173,6 +182,18 @@ pub fn scan_segment_probe(
         break;
     }
     Ok(scan)
+}
+
+/// Checks that a frame carries a trailer exactly when its segment is
+/// tamper-evident (version 3).
+pub(crate) fn trailer_matches(frame: &Frame<'_>, keyed: bool) -> std::result::Result<(), String> {
+    match (keyed, frame.trailer_bytes.is_empty()) {
+        (true, true) => {
+            Err("frame carries no trailer in a tamper-evident (version 3) segment".to_string())
+        }
+        (false, false) => Err("frame carries a trailer in a version 2 segment".to_string()),
+        _ => Ok(()),
+    }
 }
 
 /// Checks that a valid frame is the one expected next.
@@ -299,6 +320,12 @@ pub struct Recovered {
     pub active_bytes: u64,
     /// Chain value the next frame in it links to.
     pub active_chain_crc: u32,
+    /// Whether the store's last segment is tamper-evident (version 3).
+    pub keyed: bool,
+    /// The trailer of the log's last frame when it is in the segment new
+    /// frames go to (a tamper-evident log whose active segment holds no
+    /// frame yet finds it in an earlier segment).
+    pub last_trailer: Option<format::FrameTrailer>,
     /// What recovery did.
     pub report: RecoveryReport,
 }
@@ -311,6 +338,8 @@ pub struct RecoveryOptions {
     /// Sealed segments whose events all precede this LSN are checked by
     /// header only (a snapshot covers them); later ones frame by frame.
     pub full_check_from_lsn: Lsn,
+    /// Create a new store's first segment tamper-evident (version 3).
+    pub keyed: bool,
 }
 
 /// A directory with no segment but a `LOCK` file once held a log: `LOCK` is
@@ -384,6 +413,10 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
         active_file: active.handle,
         active_bytes: active.bytes,
         active_chain_crc: active.chain_crc,
+        keyed: last.keyed,
+        last_trailer: (active.bytes > SEGMENT_HEADER_BYTES as u64)
+            .then_some(last.last_trailer)
+            .flatten(),
         report,
     })
 }
@@ -417,6 +450,7 @@ fn create_first_segment(
     let link = SegmentLink {
         store_id,
         prev_chain: format::GENESIS_CHAIN,
+        keyed: options.keyed,
     };
     let (file, handle, header_crc) = segment::create(storage, dir, 1, link)?;
     report.segments = 1;
@@ -430,6 +464,8 @@ fn create_first_segment(
         active_file: Arc::from(handle),
         active_bytes: SEGMENT_HEADER_BYTES as u64,
         active_chain_crc: header_crc,
+        keyed: options.keyed,
+        last_trailer: None,
         report,
     })
 }
@@ -456,6 +492,10 @@ struct LastSegment {
     chain_crc: u32,
     /// The chain value a following segment links to.
     link_out: u32,
+    /// Whether the segment is tamper-evident.
+    keyed: bool,
+    /// Its last valid frame's trailer.
+    last_trailer: Option<format::FrameTrailer>,
 }
 
 /// The segment new frames go to.
@@ -491,7 +531,8 @@ impl Recovery<'_> {
                         reason,
                     });
                 }
-                let link = salvage_link(storage, &self.segments[index], self.store_id)?;
+                let link =
+                    salvage_link(storage, &self.segments[index], self.store_id, options.keyed)?;
                 let salvage = salvage_from(
                     storage,
                     self.dir,
@@ -531,7 +572,7 @@ impl Recovery<'_> {
                 });
             }
             let index = self.segments.len() - 1;
-            let link = salvage_link(self.storage, &last, self.store_id)?;
+            let link = salvage_link(self.storage, &last, self.store_id, self.options.keyed)?;
             self.report.salvaged = Some(salvage_from(
                 self.storage,
                 self.dir,
@@ -585,6 +626,8 @@ impl Recovery<'_> {
             next_lsn: scan.next_lsn,
             chain_crc: scan.chain_crc,
             link_out: scan.link_out,
+            keyed: scan.keyed,
+            last_trailer: scan.last_trailer,
         };
         match scan.end {
             // Preallocated space after the frames stays: the writer goes on
@@ -644,6 +687,7 @@ impl Recovery<'_> {
         let link = SegmentLink {
             store_id,
             prev_chain: last.link_out,
+            keyed: last.keyed,
         };
         let (created, handle, header_crc) = segment::create(storage, dir, last.next_lsn, link)?;
         if created.first_lsn != old.first_lsn {
@@ -670,6 +714,7 @@ fn salvage_link(
     storage: &dyn Storage,
     damaged: &SegmentFile,
     store_id: Option<StoreId>,
+    keyed: bool,
 ) -> Result<SegmentLink> {
     let header = read_header(storage, damaged)?.ok();
     Ok(SegmentLink {
@@ -677,6 +722,7 @@ fn salvage_link(
             .or(header.map(|header| header.store_id))
             .unwrap_or_else(format::new_store_id),
         prev_chain: header.map_or(format::GENESIS_CHAIN, |header| header.prev_chain),
+        keyed: header.map_or(keyed, |header| header.keyed),
     })
 }
 
@@ -889,7 +935,13 @@ fn check_version(path: &Path, bytes: &[u8]) -> Result<()> {
         Some(version) => Err(Error::UnsupportedVersion {
             path: path.to_path_buf(),
             version,
-            supported: format::FORMAT_VERSION,
+            // The nearest version this build reads: an older store is told
+            // about version 2 (its migration target), a newer one about 3.
+            supported: if version < format::FORMAT_VERSION_PLAIN {
+                format::FORMAT_VERSION_PLAIN
+            } else {
+                format::FORMAT_VERSION
+            },
         }),
         None => Ok(()),
     }

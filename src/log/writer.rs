@@ -65,6 +65,8 @@ struct State {
     next_lsn: Lsn,
     /// Checksum of the last frame encoded (the next frame links to it).
     chain_crc: u32,
+    /// A tamper-evident log's chain after the last frame encoded.
+    chain: Option<ChainHead>,
     pending: Vec<u8>,
     spare: Vec<u8>,
     written_bytes: u64,
@@ -158,6 +160,15 @@ fn wake_all(parkers: Vec<Arc<Parker>>) {
     }
 }
 
+/// Where a tamper-evident log's chain stands: the digest after the last
+/// frame and the epoch of the key that tagged it (`None` before the first
+/// frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChainHead {
+    pub(crate) digest: crate::tamper::Digest,
+    pub(crate) epoch: Option<u32>,
+}
+
 pub(crate) struct Writer {
     dir: PathBuf,
     /// The store identity every new segment header carries.
@@ -178,6 +189,7 @@ impl Writer {
         options: LogOptions,
         recovered: &Recovered,
         view: Arc<SharedView>,
+        chain: Option<ChainHead>,
     ) -> Writer {
         let active_bytes = recovered.active_bytes;
         let next_lsn = recovered.report.next_lsn;
@@ -198,6 +210,7 @@ impl Writer {
                 active_assigned_bytes: active_bytes,
                 next_lsn,
                 chain_crc: recovered.active_chain_crc,
+                chain,
                 pending: Vec::new(),
                 spare: Vec::new(),
                 written_bytes: active_bytes,
@@ -255,9 +268,28 @@ impl Writer {
         durability: Durability,
     ) -> Result<(std::ops::Range<Lsn>, Position)> {
         check_batch(payloads)?;
-        let frame_bytes = format::frame_bytes(payloads) as u64;
+        let mut frame_bytes = format::frame_bytes(payloads) as u64;
+        // A tamper-evident frame's events are hashed before the lock is
+        // taken; only the chain step (two short hashes) runs under it.
+        let events = match &self.options.tamper {
+            Some(_) => {
+                let body = frame_bytes - format::FRAME_HEADER_BYTES as u64;
+                let limit = (format::BATCH_BYTES_MAX - format::FRAME_TRAILER_BYTES) as u64;
+                if body > limit {
+                    return Err(Error::LimitExceeded {
+                        what: "batch bytes of a tamper-evident store (payloads and length prefixes; the frame's trailer takes FRAME_TRAILER_BYTES of BATCH_BYTES_MAX)",
+                        actual: body,
+                        limit,
+                        constant: "BATCH_BYTES_MAX",
+                    });
+                }
+                frame_bytes += format::FRAME_TRAILER_BYTES as u64;
+                Some(crate::tamper::events_digest(payloads))
+            }
+            None => None,
+        };
         let mut state = self.state.lock();
-        let result = self.append_locked(&mut state, payloads, frame_bytes, durability);
+        let result = self.append_locked(&mut state, payloads, frame_bytes, events, durability);
         let wake = std::mem::take(&mut state.to_wake);
         drop(state);
         wake_all(wake);
@@ -269,6 +301,7 @@ impl Writer {
         state: &mut MutexGuard<'_, State>,
         payloads: &[P],
         frame_bytes: u64,
+        events: Option<crate::tamper::Digest>,
         durability: Durability,
     ) -> Result<(std::ops::Range<Lsn>, Position)> {
         self.check_poison(state)?;
@@ -282,12 +315,38 @@ impl Writer {
             offset: state.active_assigned_bytes,
         };
         let chain_crc = state.chain_crc;
-        state.chain_crc = format::encode_frame(
+        let trailer = match (events, state.chain, &self.options.tamper) {
+            (Some(events), Some(head), Some(tamper)) => {
+                let digest = crate::tamper::chain_digest(
+                    &head.digest,
+                    &self.store_id,
+                    first_lsn,
+                    payloads.len() as u32,
+                    &events,
+                );
+                let tag = tamper.key.tag(first_lsn, &digest, head.epoch);
+                let epoch = tamper.key.epoch();
+                state.chain = Some(ChainHead {
+                    digest,
+                    epoch: Some(epoch),
+                });
+                Some(format::FrameTrailer {
+                    auth_lsn: first_lsn,
+                    key_epoch: epoch,
+                    reserved: 0,
+                    digest,
+                    tag,
+                })
+            }
+            _ => None,
+        };
+        state.chain_crc = format::encode_frame_with_trailer(
             &mut state.pending,
             first_lsn,
             durable_lsn,
             chain_crc,
             payloads,
+            trailer.as_ref(),
         );
         let end_lsn = first_lsn + payloads.len() as u64;
         state.next_lsn = end_lsn;
@@ -307,6 +366,23 @@ impl Writer {
         };
         self.wait_for(state, end_lsn, commit)?;
         Ok((first_lsn..end_lsn, position))
+    }
+
+    /// A tamper-evident log's head: the last LSN appended (0 if none) and
+    /// the chain digest after it.
+    pub(crate) fn chain_head(&self) -> Option<(Lsn, crate::tamper::Digest)> {
+        let state = self.state.lock();
+        state.chain.map(|head| (state.next_lsn - 1, head.digest))
+    }
+
+    /// The log's tamper evidence options, if it is tamper-evident.
+    pub(crate) fn tamper(&self) -> Option<&crate::tamper::TamperOptions> {
+        self.options.tamper.as_ref()
+    }
+
+    /// The store's identity.
+    pub(crate) fn store_id(&self) -> format::StoreId {
+        self.store_id
     }
 
     /// Makes everything appended so far durable.
@@ -729,6 +805,7 @@ impl Writer {
         let link = format::SegmentLink {
             store_id: self.store_id,
             prev_chain: state.chain_crc,
+            keyed: self.options.tamper.is_some(),
         };
         match segment::create(self.storage.as_ref(), &self.dir, next_lsn, link) {
             Ok((created, handle, header_crc)) => {

@@ -62,8 +62,22 @@ pub fn dump(dir: &Path, from: Option<u64>, conversation: Option<&str>) -> Result
     out.flush().or_else(stdout_closed)
 }
 
-/// `convlog verify STORE [--log-only]`.
-pub fn verify(dir: &Path, log_only: bool) -> Result<(), Failure> {
+/// `convlog verify STORE [--log-only] [--key KEYFILE] [--public PUBFILE]
+/// [--head CHECKPOINT]`: the store's checks, then the tamper check.
+pub fn verify(
+    dir: &Path,
+    log_only: bool,
+    tamper: &crate::tamper::TamperArgs,
+) -> Result<(), Failure> {
+    verify_store(dir, log_only)?;
+    if tamper.given() {
+        crate::tamper::verify(dir, tamper)?;
+    }
+    Ok(())
+}
+
+/// `convlog verify STORE [--log-only]` without the tamper check.
+fn verify_store(dir: &Path, log_only: bool) -> Result<(), Failure> {
     if log_only {
         let log = convlog::log::verify(dir)?;
         log_rows(dir, &log);

@@ -53,8 +53,27 @@ then prints a summary. Exits 1 naming the segment file and byte offset of the fi
 damage in the log, or the damaged snapshot. Takes no lock. --log-only checks only the
 frames (checksums, LSN order), for a log written with the raw log API (`convlog demo`).
 
+With --key KEYFILE it also checks a tamper-evident store: every frame's keyed tag, its
+place and the digest chain; with --head CHECKPOINT (kept outside the store) that the log
+reaches the checkpoint's LSN with the history signed there; with --public PUBFILE and
+--head, the same with the public key only (no frame tags: the history up to the
+checkpoint). Tampering exits 1 naming its kind (changed content, deleted events,
+reordered, inserted, replayed, truncated, rolled back, ...) and the LSN, segment and
+offset (docs/tamper.md).
+
 Example:
-  convlog verify ./my-store"#;
+  convlog verify ./my-store
+  convlog verify ./my-store --key ~/keys/audit.key --head /audit/my-store.head"#;
+
+pub const KEYGEN_HELP: &str = r#"Writes KEYFILE (mode 0600) and its public key file (KEYFILE.pub unless --public).
+Keep the key outside every store: convlog refuses a key file group or others can read,
+and one inside the store directory. --rotate OLD_KEYFILE writes a new file with the old
+keys and a new one; the writer tags with the newest from its next open, and the first
+frame it writes is tagged with the old key too, so the rotation is recorded in the log.
+
+Example:
+  convlog keygen ~/keys/audit.key
+  convlog keygen ~/keys/audit-2.key --rotate ~/keys/audit.key"#;
 
 pub const SNAPSHOT_HELP: &str = r#"Prints the snapshot file, its LSN (every event below it is in the snapshot) and the
 number of conversations in it. Needs the writer's lock (no other writer may run).

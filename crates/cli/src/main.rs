@@ -22,6 +22,7 @@ mod import;
 mod input;
 mod resume;
 mod shell;
+mod tamper;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -97,6 +98,33 @@ enum Command {
         /// payload is a convlog event, nor the snapshots.
         #[arg(long)]
         log_only: bool,
+        /// Also check a tamper-evident store with its secret key file: every
+        /// frame's tag, place and chain (docs/tamper.md).
+        #[arg(long, value_name = "KEYFILE")]
+        key: Option<PathBuf>,
+        /// Check with a public key file only (with --head): the history up to
+        /// the checkpoint is the one signed.
+        #[arg(long, value_name = "PUBFILE")]
+        public: Option<PathBuf>,
+        /// The newest checkpoint kept outside the store: the log must reach
+        /// its LSN with the signed history.
+        #[arg(long, value_name = "CHECKPOINT")]
+        head: Option<PathBuf>,
+    },
+    /// Generate a tamper key file (mode 0600) and its public key file, or a
+    /// rotated one that keeps the old keys.
+    #[command(after_help = help::KEYGEN_HELP)]
+    Keygen {
+        /// The key file to create (it must not exist; keep it outside every
+        /// store).
+        key: PathBuf,
+        /// The public key file to create (default: KEYFILE.pub).
+        #[arg(long, value_name = "PUBFILE")]
+        public: Option<PathBuf>,
+        /// Rotate: the new file holds OLD_KEYFILE's keys plus a new one, which
+        /// the writer uses from its next open.
+        #[arg(long, value_name = "OLD_KEYFILE")]
+        rotate: Option<PathBuf>,
     },
     /// Write a snapshot of every conversation at the end of the log.
     #[command(after_help = help::SNAPSHOT_HELP)]
@@ -396,7 +424,18 @@ fn run(command: Command) -> Result<(), shell::Failure> {
             from,
             conversation,
         } => commands::dump(&store, from, conversation.as_deref()),
-        Command::Verify { store, log_only } => commands::verify(&store, log_only),
+        Command::Verify {
+            store,
+            log_only,
+            key,
+            public,
+            head,
+        } => commands::verify(&store, log_only, &tamper::TamperArgs { key, public, head }),
+        Command::Keygen {
+            key,
+            public,
+            rotate,
+        } => tamper::keygen(&key, public.as_deref(), rotate.as_deref()),
         Command::Snapshot { store } => commands::snapshot(&store),
         Command::Compact {
             store,
@@ -438,6 +477,7 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
         Command::Append { .. }
         | Command::Dump { .. }
         | Command::Verify { .. }
+        | Command::Keygen { .. }
         | Command::Snapshot { .. }
         | Command::Compact { .. }
         | Command::Stats { .. }

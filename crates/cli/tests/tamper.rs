@@ -1,0 +1,152 @@
+//! `convlog keygen` and `convlog verify --key/--public/--head` (docs/tamper.md).
+
+mod common;
+
+use std::path::Path;
+
+use common::{path_arg, run_convlog, stderr, stdout};
+use convlog::log::{Log, LogOptions};
+use convlog::tamper::{TamperKey, TamperOptions};
+
+/// A tamper-evident store written through the library with the key file
+/// `convlog keygen` made, its checkpoint published to `head`.
+fn write_store(store: &Path, key: &Path, head: &Path, events: usize) {
+    let tamper = TamperOptions::new(TamperKey::load(key).unwrap()).checkpoint_path(head);
+    let log = Log::open(store, LogOptions::new().tamper(tamper)).unwrap();
+    for index in 0..events {
+        let event = format!(
+            r#"{{"type":"ConversationRecorded","conversation_id":"c{index}","entries":[]}}"#
+        );
+        log.append(&[event.into_bytes()]).unwrap();
+    }
+    log.checkpoint().unwrap();
+}
+
+#[test]
+fn keygen_then_verify_with_the_key_the_public_key_and_a_checkpoint() {
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("audit.key");
+    let output = run_convlog(&["keygen", path_arg(&key)], b"");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("audit.key.pub"),
+        "{}",
+        stdout(&output)
+    );
+    let public = keys.path().join("audit.key.pub");
+    let head = keys.path().join("store.head");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    write_store(&store, &key, &head, 3);
+
+    let args = [
+        "verify",
+        "--log-only",
+        path_arg(&store),
+        "--key",
+        path_arg(&key),
+        "--head",
+        path_arg(&head),
+    ];
+    let output = run_convlog(&args, b"");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let printed = stdout(&output);
+    assert!(
+        printed.contains("3 frame(s) authenticated by the key"),
+        "{printed}"
+    );
+    assert!(printed.contains("LSN 3: signature ok"), "{printed}");
+
+    let args = [
+        "verify",
+        "--log-only",
+        path_arg(&store),
+        "--public",
+        path_arg(&public),
+        "--head",
+        path_arg(&head),
+    ];
+    let output = run_convlog(&args, b"");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("public key only"),
+        "{}",
+        stdout(&output)
+    );
+
+    // An older copy put back: the segment cut back to its first frame.
+    let segment = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.extension().is_some_and(|extension| extension == "seg"))
+        .unwrap();
+    let bytes = std::fs::read(&segment).unwrap();
+    let first = convlog::log::recovery::scan_segment(&bytes[..], true).unwrap();
+    let mut offset = convlog::log::format::SEGMENT_HEADER_BYTES;
+    let convlog::log::format::FrameDecode::Complete(frame) =
+        convlog::log::format::decode_frame(&bytes[offset..])
+    else {
+        panic!("no first frame")
+    };
+    offset += frame.size_bytes();
+    assert!(first.valid_bytes as usize > offset);
+    std::fs::write(&segment, &bytes[..offset]).unwrap();
+    let args = [
+        "verify",
+        "--log-only",
+        path_arg(&store),
+        "--key",
+        path_arg(&key),
+        "--head",
+        path_arg(&head),
+    ];
+    let output = run_convlog(&args, b"");
+    assert_eq!(output.status.code(), Some(1));
+    let message = stderr(&output);
+    assert!(
+        message.contains("truncated log at LSN 2") && message.contains("events 2..=3 are missing"),
+        "{message}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn verify_refuses_a_key_file_others_can_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("audit.key");
+    assert!(run_convlog(&["keygen", path_arg(&key)], b"")
+        .status
+        .success());
+    let head = keys.path().join("store.head");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    write_store(&store, &key, &head, 1);
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let args = [
+        "verify",
+        "--log-only",
+        path_arg(&store),
+        "--key",
+        path_arg(&key),
+    ];
+    let output = run_convlog(&args, b"");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("mode 0644"), "{}", stderr(&output));
+    // keygen never overwrites a key.
+    let output = run_convlog(&["keygen", path_arg(&key)], b"");
+    assert_eq!(output.status.code(), Some(1));
+}
+
+#[test]
+fn keygen_rotate_keeps_the_old_keys() {
+    let keys = tempfile::tempdir().unwrap();
+    let old = keys.path().join("a.key");
+    let new = keys.path().join("b.key");
+    assert!(run_convlog(&["keygen", path_arg(&old)], b"")
+        .status
+        .success());
+    let output = run_convlog(&["keygen", path_arg(&new), "--rotate", path_arg(&old)], b"");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(TamperKey::load(&new).unwrap().epochs(), vec![0, 1]);
+}

@@ -121,6 +121,7 @@ pub mod codec;
 pub(crate) mod codec;
 pub mod control;
 pub mod conversation;
+pub mod erasure;
 pub mod error;
 pub mod history;
 pub mod interop;

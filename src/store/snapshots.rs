@@ -176,6 +176,12 @@ impl StoreCore {
                     conversations += 1;
                     Some(
                         codec::encode_value(&slice)
+                            .map_err(|reason| reason.to_string())
+                            .and_then(|blob| {
+                                // An encrypted conversation's slice is
+                                // sealed with its key: no plaintext here.
+                                self.seal_slice(id, blob).map_err(|error| error.to_string())
+                            })
                             .map(|blob| (id.clone(), blob))
                             .map_err(|reason| Error::SnapshotWrite {
                                 path: self
@@ -190,6 +196,8 @@ impl StoreCore {
                     )
                 }
                 Ok(_) => None,
+                // Erased meanwhile: nothing of it goes into the snapshot.
+                Err(Error::Erased { .. }) => None,
                 Err(error) => Some(Err(error)),
             });
         let storage = Arc::clone(&self.options.log.storage);

@@ -235,9 +235,11 @@ impl Keyring {
             // next is written), and it is at most one record long: a
             // problem that far from the end is damage, never cut silently.
             let in_tail = rest.len() <= RECORD_HEAD_BYTES + KEY_RECORD_BYTES_MAX;
-            let whole = body_len <= KEY_RECORD_BYTES_MAX && end <= rest.len() && {
-                crc32fast::hash(&rest[RECORD_HEAD_BYTES..end]) == crc
-            };
+            // A zero-filled tail has a matching checksum (of nothing): a
+            // body too short to be sealed is not whole either.
+            let whole = (NONCE_BYTES + TAG_BYTES..=KEY_RECORD_BYTES_MAX).contains(&body_len)
+                && end <= rest.len()
+                && crc32fast::hash(&rest[RECORD_HEAD_BYTES..end]) == crc;
             if !whole {
                 if in_tail {
                     torn("a last record that is not whole");
@@ -248,11 +250,15 @@ impl Keyring {
                 )));
             }
             let body = &rest[RECORD_HEAD_BYTES..end];
-            let plain = open(self.store_key.cipher(), AAD_RECORD, body).ok_or_else(|| {
-                self.damaged(format!(
+            let Some(plain) = open(self.store_key.cipher(), AAD_RECORD, body) else {
+                if in_tail && end == rest.len() {
+                    torn("a last record that does not open");
+                    break;
+                }
+                return Err(self.damaged(format!(
                     "the record at offset {offset} does not open with the store key (changed bytes)"
-                ))
-            })?;
+                )));
+            };
             self.apply(&mut table, &plain, offset)?;
             offset += end;
         }

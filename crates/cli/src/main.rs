@@ -16,6 +16,7 @@ mod chat;
 mod commands;
 mod control;
 mod demo;
+mod erase;
 mod export;
 mod help;
 mod import;
@@ -124,6 +125,30 @@ enum Command {
         store: PathBuf,
         /// The backup directory (new, or empty).
         dest: PathBuf,
+    },
+    /// Erase a conversation of an encrypted store: destroy its key, so its
+    /// content can never be read again (docs/erasure.md).
+    #[command(after_help = help::ERASE_HELP)]
+    Erase {
+        /// The store directory.
+        store: PathBuf,
+        /// The conversation to erase.
+        #[arg(long, value_name = "ID")]
+        conversation: String,
+        /// The store key file (default: $CONVLOG_KEY_FILE).
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+        /// Who asks for the erasure (recorded in the log's erasure event).
+        #[arg(long, value_name = "WHO", default_value = "convlog erase")]
+        by: String,
+    },
+    /// Make a new store key file (readable by its owner only), for an
+    /// encrypted store: pass it to commands as CONVLOG_KEY_FILE.
+    #[command(after_help = help::KEYGEN_HELP)]
+    Keygen {
+        /// The key file to create (must not exist; keep it outside any
+        /// store directory).
+        file: PathBuf,
     },
     /// Print counters of a store: segments, LSN range, conversations,
     /// snapshot, index size.
@@ -403,6 +428,13 @@ fn run(command: Command) -> Result<(), shell::Failure> {
             delete_covered,
         } => commands::compact(&store, delete_covered),
         Command::Stats { store } => commands::stats(&store),
+        Command::Erase {
+            store,
+            conversation,
+            key,
+            by,
+        } => erase::erase(&store, &conversation, key.as_deref(), &by),
+        Command::Keygen { file } => erase::keygen(&file),
         Command::Backup { store, dest } => backup::backup(&store, &dest),
         Command::Inspect {
             store,
@@ -441,6 +473,8 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
         | Command::Snapshot { .. }
         | Command::Compact { .. }
         | Command::Stats { .. }
+        | Command::Erase { .. }
+        | Command::Keygen { .. }
         | Command::Backup { .. }
         | Command::Inspect { .. }
         | Command::Serve { .. }

@@ -377,3 +377,70 @@ fn key_files_are_checked() {
         "{error}"
     );
 }
+
+#[test]
+fn a_backup_carries_the_key_table_and_reads_with_the_store_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path(), encrypted()).unwrap();
+    store.append(&secret_turns("kept")).unwrap();
+    store.append(&secret_turns("gone")).unwrap();
+    store.erase("gone", "ops").unwrap();
+    let kept = store.conversation("kept").unwrap();
+    let copies = tempfile::tempdir().unwrap();
+    let dest = copies.path().join("backup");
+    convlog::store::backup(dir.path(), &dest, &mut |_| {}).unwrap();
+    drop(store);
+    assert!(dest.join(KEY_TABLE_FILE).exists());
+    assert_eq!(files_containing(&dest, SECRET), Vec::<PathBuf>::new());
+    let copy = Store::open(&dest, encrypted()).unwrap();
+    assert_eq!(copy.conversation("kept").unwrap(), kept);
+    assert!(matches!(
+        copy.conversation("gone"),
+        Err(Error::Erased { .. })
+    ));
+    drop(copy);
+    assert!(matches!(
+        Store::open(&dest, StoreOptions::new()),
+        Err(Error::Encryption { .. })
+    ));
+}
+
+/// Host reducers fold the events as appended, opened, both live and when
+/// the store replays the log on open: the two slices are the same.
+#[test]
+fn host_reducers_fold_the_same_events_live_and_on_replay() {
+    struct Contents;
+    impl convlog::Reducer for Contents {
+        type Slice = Vec<String>;
+        fn name(&self) -> &str {
+            "contents/v1"
+        }
+        fn apply(&self, slice: &mut Vec<String>, event: &Event, _lsn: u64) {
+            slice.push(match event {
+                Event::ConversationRecorded(recorded) => {
+                    recorded.entry.content.clone().unwrap_or_default()
+                }
+                Event::Custom(custom) => custom.kind.clone(),
+                _ => "other".to_string(),
+            });
+        }
+    }
+    let open = |dir: &Path| {
+        convlog::StoreBuilder::new(dir)
+            .options(encrypted())
+            .reducer(Contents)
+            .open()
+            .unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.append(&secret_turns("a")).unwrap();
+    store.append(&secret_turns("b")).unwrap();
+    let live = store.slice::<Contents>().unwrap();
+    assert_eq!(live.len(), 8);
+    assert_eq!(live[0], KEY_MADE_KIND);
+    assert!(live[1].contains(SECRET));
+    drop(store);
+    let replayed = open(dir.path()).slice::<Contents>().unwrap();
+    assert_eq!(replayed, live);
+}

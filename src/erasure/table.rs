@@ -572,3 +572,83 @@ impl Keyring {
         opened.unwrap_or(event)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::sim::SimStorage;
+
+    fn keyring(storage: &SimStorage) -> Keyring {
+        Keyring::open(
+            Arc::new(storage.clone()),
+            Path::new("/store"),
+            Some(&StoreKey::from_bytes([3; KEY_BYTES])),
+            true,
+        )
+        .unwrap()
+        .unwrap()
+    }
+
+    fn file(storage: &SimStorage) -> Vec<u8> {
+        let file = storage.open_read(Path::new("/store/keys")).unwrap();
+        let mut bytes = vec![0; file.size_bytes().unwrap() as usize];
+        read_exact_at(file.as_ref(), &mut bytes).unwrap();
+        bytes
+    }
+
+    /// After an erasure the table's file holds neither half of the key, in
+    /// the clear or sealed as before (its record is gone, not marked), and
+    /// a reopened table knows the conversation as erased.
+    #[test]
+    fn erasure_leaves_no_record_of_the_key() {
+        let storage = SimStorage::new(1);
+        let keys = keyring(&storage);
+        let gone = keys.make("gone").unwrap();
+        let kept = keys.make("kept").unwrap();
+        let sealed_records = file(&storage)[HEADER_BYTES..].to_vec();
+        keys.begin_erasure("gone").unwrap();
+        assert!(matches!(keys.status("gone"), KeyStatus::Erased));
+        keys.finish_erasure("gone").unwrap();
+        let after = file(&storage);
+        for secret in [&gone.half[..], &gone.share[..]] {
+            assert!(!after.windows(KEY_BYTES).any(|window| window == secret));
+        }
+        // No record of before survives (each is sealed under a new nonce).
+        for record in sealed_records.chunks(32) {
+            assert!(!after.windows(record.len()).any(|window| window == record));
+        }
+        let reopened = keyring(&storage);
+        assert!(matches!(reopened.status("gone"), KeyStatus::Erased));
+        let KeyStatus::Sealed(again) = reopened.status("kept") else {
+            panic!("the other key is kept");
+        };
+        assert_eq!((again.half, again.share), (kept.half, kept.share));
+        assert!(reopened.unfinished_erasures().is_empty());
+        assert_eq!(reopened.erased(), ["gone"]);
+    }
+
+    #[test]
+    fn damage_before_the_last_record_is_refused_with_its_offset() {
+        let storage = SimStorage::new(2);
+        let keys = keyring(&storage);
+        for index in 0..20 {
+            keys.make(&format!("conversation-{index}")).unwrap();
+        }
+        let mut bytes = file(&storage);
+        bytes[HEADER_BYTES + 20] ^= 1;
+        let out = storage.open_write(Path::new("/store/keys")).unwrap();
+        out.write_all_at(&bytes, 0).unwrap();
+        let error = Keyring::open(
+            Arc::new(storage.clone()),
+            Path::new("/store"),
+            Some(&StoreKey::from_bytes([3; KEY_BYTES])),
+            true,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.contains(&format!("record at offset {HEADER_BYTES}")),
+            "{error}"
+        );
+    }
+}

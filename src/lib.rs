@@ -159,6 +159,11 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../docs/embedding.md")]
 pub struct EmbeddingDoctests;
 
+/// The example of `docs/erasure.md`, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/erasure.md")]
+pub struct ErasureDoctests;
+
 /// The example of `docs/interop.md`, compiled and run as a doctest.
 #[cfg(doctest)]
 #[doc = include_str!("../docs/interop.md")]

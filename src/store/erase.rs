@@ -88,12 +88,13 @@ impl StoreCore {
     }
 
     /// The snapshot blob of a slice: sealed with the conversation's key
-    /// when it has one.
-    pub(super) fn seal_slice(&self, conversation_id: &str, blob: Vec<u8>) -> Result<Vec<u8>> {
-        Ok(match self.read_key(conversation_id)? {
-            Some(key) => key.seal_slice(conversation_id, &blob),
-            None => blob,
-        })
+    /// when it has one; `None` for a conversation erased meanwhile.
+    pub(super) fn seal_slice(&self, conversation_id: &str, blob: Vec<u8>) -> Option<Vec<u8>> {
+        match self.key_status(conversation_id) {
+            KeyStatus::Plain => Some(blob),
+            KeyStatus::Sealed(key) => Some(key.seal_slice(conversation_id, &blob)),
+            KeyStatus::Erased => None,
+        }
     }
 
     /// The plain blob of a slice read from a snapshot.

@@ -104,6 +104,33 @@ pub enum Error {
         conversation_id: String,
     },
 
+    /// The conversation was erased ([`Store::erase`](crate::Store::erase)):
+    /// its key is destroyed, so its content can never be read again.
+    #[error("conversation {conversation_id:?} was erased: its key is destroyed and its content cannot be read")]
+    Erased {
+        /// The conversation asked for.
+        conversation_id: String,
+    },
+
+    /// A key file was refused (its permissions, its place, its content).
+    #[error("key file {path}: {reason}")]
+    KeyFile {
+        /// The key file.
+        path: PathBuf,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// An encrypted store's keys: opened without its store key or with
+    /// another, a damaged key table, or an erasure it cannot do.
+    #[error("store {store}: {reason}")]
+    Encryption {
+        /// The store directory.
+        store: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+
     /// Resuming with a prompt that is not the one the evaluation started with.
     #[error("conversation {conversation_id:?}, evaluation {evaluation_id:?} was started with prompt {recorded}, not {requested}")]
     PromptMismatch {
@@ -536,6 +563,9 @@ pub enum Error {
 ///         Error::UnsupportedVersion { .. } => "UnsupportedVersion",
 ///         Error::InvalidEvent { .. } => "InvalidEvent",
 ///         Error::ConversationNotFound { .. } => "ConversationNotFound",
+///         Error::Erased { .. } => "Erased",
+///         Error::KeyFile { .. } => "KeyFile",
+///         Error::Encryption { .. } => "Encryption",
 ///         Error::PromptMismatch { .. } => "PromptMismatch",
 ///         Error::SnapshotRestore { .. } => "SnapshotRestore",
 ///         Error::SnapshotDamaged { .. } => "SnapshotDamaged",

@@ -121,6 +121,7 @@ pub mod codec;
 pub(crate) mod codec;
 pub mod control;
 pub mod conversation;
+pub mod erasure;
 pub mod error;
 pub mod history;
 pub mod interop;
@@ -158,6 +159,11 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/embedding.md")]
 pub struct EmbeddingDoctests;
+
+/// The example of `docs/erasure.md`, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/erasure.md")]
+pub struct ErasureDoctests;
 
 /// The example of `docs/interop.md`, compiled and run as a doctest.
 #[cfg(doctest)]

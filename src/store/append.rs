@@ -6,7 +6,6 @@ use std::ops::Range;
 
 use super::hosts::HostPoison;
 use super::{AppendOptions, Expect, Store};
-use crate::codec;
 use crate::error::{Error, Result};
 use crate::log::{Durability, Lsn};
 use crate::model::Event;
@@ -62,6 +61,23 @@ impl Store {
     /// ```
     pub fn append_with(&self, events: &[Event], options: AppendOptions) -> Result<Range<Lsn>> {
         let durability = options.durability.unwrap_or_else(|| self.log.durability());
+        // Sealed events, key records and erasures are the store's own.
+        if let Some((index, Event::Custom(custom))) = events
+            .iter()
+            .enumerate()
+            .find(|(_, event)| crate::erasure::is_reserved(event))
+        {
+            return Err(Error::InvalidEvent {
+                index,
+                field: crate::model::InvalidField {
+                    field: "kind".to_string(),
+                    reason: format!(
+                        "{:?} is written by the store only (docs/erasure.md)",
+                        custom.kind
+                    ),
+                },
+            });
+        }
         self.append_checked(events, durability, options.expect.as_ref())
     }
 
@@ -84,7 +100,17 @@ impl Store {
         if let Some(HostPoison::Panicked { .. }) = self.host_poison.get() {
             return Err(self.host_poison_error());
         }
-        let payloads: Vec<Vec<u8>> = events.iter().map(codec::encode_event).collect();
+        // An encrypted store seals the batch, and puts the key events of
+        // the conversations it creates first in it (docs/erasure.md).
+        let sealed = self.seal_batch(events)?;
+        let all_events;
+        let events = if sealed.made.is_empty() {
+            events
+        } else {
+            all_events = [sealed.made.as_slice(), events].concat();
+            all_events.as_slice()
+        };
+        let payloads = sealed.payloads;
         // Held until the batch is indexed: see `conditional`.
         let order = self.order_append(events, expect)?;
         let (lsns, position) = log.append(&payloads, durability)?;
@@ -146,6 +172,8 @@ impl Store {
             // the background thread writes; this append does not wait for it.
             self.request_snapshot();
         }
-        Ok(lsns)
+        self.announced(&sealed.announced);
+        // The caller's events: the key events before them are the store's.
+        Ok(lsns.start + sealed.made.len() as Lsn..lsns.end)
     }
 }

@@ -30,6 +30,9 @@ pub(crate) struct Backend {
     segment: Option<SegmentHandles>,
     /// A read-only store's progress (`None` for a writer).
     pub(super) follow: Option<Follow>,
+    /// An encrypted store's keys (docs/erasure.md); `None` for a store
+    /// opened without a store key.
+    pub(crate) keyring: Option<crate::erasure::Keyring>,
 }
 
 /// The segment log beyond the trait: its reader, and its writer's counters.
@@ -63,7 +66,13 @@ impl Backend {
             recovery,
             segment,
             follow: None,
+            keyring: None,
         }
+    }
+
+    /// The storage the store directory is on.
+    pub(crate) fn storage_ref(&self) -> &Arc<dyn Storage> {
+        &self.storage
     }
 
     /// The log behind the boundary (for reads: writes go through

@@ -14,6 +14,8 @@
 //!   frame: the copy ends at an LSN that is durable in the source too.
 //! - A snapshot is kept only if it proves it belongs to the copied log (the
 //!   same checks as opening a store); a compacted log needs one.
+//! - An encrypted store's key table is copied after the segments (every key
+//!   their events use is in it; docs/erasure.md).
 //! - The copy is written into `DEST.partial`, fsynced, verified, and only
 //!   then renamed to `DEST`, so a `DEST` that exists is a whole backup.
 
@@ -104,10 +106,33 @@ pub fn backup(source: &Path, dest: &Path, progress: &mut dyn FnMut(u64)) -> Resu
             ),
         });
     }
-    report.bytes = segment_bytes + snapshot_bytes;
+    let key_table_bytes = copy_key_table(&storage, source, &partial)?;
+    report.bytes = segment_bytes + snapshot_bytes + key_table_bytes;
     publish(&storage, &partial, dest)?;
     verify_copy(dest, first_lsn, next_lsn)?;
     Ok(report)
+}
+
+/// Copies an encrypted store's key table (docs/erasure.md), after the
+/// segments: every key the copied events use was in the table before they
+/// were appended, and an erasure since is in the copy too. The table is
+/// replaced only by a rename, so one read sees one whole version of it.
+/// The store key is not copied: it never lies in the store directory.
+fn copy_key_table(storage: &dyn Storage, source: &Path, partial: &Path) -> Result<u64> {
+    let from = source.join(crate::erasure::KEY_TABLE_FILE);
+    let bytes = match std::fs::read(&from) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(error) => return Err(Error::io("read the key table", &from)(error)),
+    };
+    let to = partial.join(crate::erasure::KEY_TABLE_FILE);
+    let out = storage
+        .create(&to)
+        .map_err(Error::io("create backup file", &to))?;
+    out.write_all_at(&bytes, 0)
+        .and_then(|()| out.sync_all())
+        .map_err(Error::io("write backup file", &to))?;
+    Ok(bytes.len() as u64)
 }
 
 /// Copies the opened `segments` into `partial`: the sealed ones whole, the

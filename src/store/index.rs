@@ -191,6 +191,7 @@ impl Store {
                 .snapshot
                 .as_ref()
                 .is_some_and(|loaded| loaded.conversations.contains_key(conversation_id))
+            || self.is_erased(conversation_id)
     }
 
     /// The batches (frames) holding events of `conversation_id` that were
@@ -246,6 +247,11 @@ impl StoreCore {
             );
         }
         ids.sort();
+        if self.log.keyring.is_some() {
+            // Erased conversations are listed by `Store::erased_conversations`.
+            let erased = self.erased_ids();
+            ids.retain(|id| erased.binary_search(id).is_err());
+        }
         ids
     }
 
@@ -258,6 +264,9 @@ impl StoreCore {
         below_lsn: Option<Lsn>,
     ) -> Result<Option<ConversationSlice>> {
         self.forget_taken_back();
+        // An erased conversation fails here, before anything is read.
+        let key = self.read_key(conversation_id)?;
+        let key = key.as_deref();
         let _frames_stay = self.compacting.read();
         let (snapshot, positions) = {
             let state = self.state.read();
@@ -274,19 +283,7 @@ impl StoreCore {
             (state.snapshot.clone(), positions)
         };
         let base_lsn = snapshot.as_ref().map_or(1, |loaded| loaded.lsn);
-        let mut slice = match &snapshot {
-            Some(loaded) => match loaded.read_blob(conversation_id) {
-                Ok(Some(blob)) => Some(loaded.decode_slice(&blob).map_err(|reason| {
-                    Error::SnapshotDamaged {
-                        path: loaded.path.clone(),
-                        reason: format!("the slice of conversation {conversation_id:?} does not decode: {reason}"),
-                    }
-                })),
-                Ok(None) => None,
-                Err(error) => Some(Err(error)),
-            },
-            None => None,
-        };
+        let mut slice = self.snapshot_slice(snapshot.as_deref(), conversation_id, key);
         if let Some(Err(error)) = &slice {
             // Snapshots are derived data: rebuild from the log if it is whole.
             if self.log.first_lsn() > 1 {
@@ -332,7 +329,8 @@ impl StoreCore {
                 if codec::peek_conversation_id(payload).is_some_and(|id| id != conversation_id) {
                     return Ok(());
                 }
-                slice.apply_owned(codec::decode_event_at(lsn, payload)?, lsn);
+                let event = codec::decode_event_at(lsn, payload)?;
+                slice.apply_owned(self.open_event(key, conversation_id, lsn, event)?, lsn);
                 Ok(())
             };
             match reader.visit_frames(&locators, &mut fold) {
@@ -364,11 +362,36 @@ impl StoreCore {
                 {
                     continue;
                 }
-                let event = record.event()?;
+                let event = self.open_event(key, conversation_id, record.lsn, record.event()?)?;
                 slice.apply_owned(event, record.lsn);
             }
         }
         Ok(Some(slice))
+    }
+
+    /// A conversation's slice in the snapshot: `None` when it has none
+    /// there; an error when its blob does not read, open or decode.
+    fn snapshot_slice(
+        &self,
+        snapshot: Option<&LoadedSnapshot>,
+        conversation_id: &str,
+        key: Option<&crate::erasure::ConversationKey>,
+    ) -> Option<Result<ConversationSlice>> {
+        let loaded = snapshot?;
+        match loaded.read_blob(conversation_id) {
+            Ok(Some(blob)) => Some(
+                self.open_slice(key, conversation_id, blob)
+                    .and_then(|blob| loaded.decode_slice(&blob))
+                    .map_err(|reason| Error::SnapshotDamaged {
+                        path: loaded.path.clone(),
+                        reason: format!(
+                            "the slice of conversation {conversation_id:?} does not decode: {reason}"
+                        ),
+                    }),
+            ),
+            Ok(None) => None,
+            Err(error) => Some(Err(error)),
+        }
     }
 
     /// Folds a conversation by reading the whole log (the fallback when its
@@ -378,6 +401,7 @@ impl StoreCore {
         conversation_id: &str,
         below_lsn: Option<Lsn>,
     ) -> Result<Option<ConversationSlice>> {
+        let key = self.read_key(conversation_id)?;
         let mut slice = ConversationSlice::new(conversation_id);
         let limit = below_lsn.unwrap_or(Lsn::MAX);
         let mut found = false;
@@ -389,6 +413,7 @@ impl StoreCore {
             let event = record.event()?;
             if event.conversation_id() == Some(conversation_id) {
                 found = true;
+                let event = self.open_event(key.as_deref(), conversation_id, record.lsn, event)?;
                 slice.apply_owned(event, record.lsn);
             }
         }

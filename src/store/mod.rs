@@ -31,6 +31,7 @@
 //! | `index.rs` | the per-conversation frame index and conversation reads |
 //! | `append.rs` | the append path (one function: `append_checked`) |
 //! | `append_options.rs` | [`AppendOptions`], an append's per-call settings |
+//! | `erase.rs` | encryption at rest: sealing, opening, [`Store::erase`] |
 //! | `conditional.rs` | ordering appends, [`Expect`] and `Conflict` |
 //! | `hosts.rs` | host reducers: ordered folding, observers, poison |
 //! | `snapshots.rs` | writing snapshots (also in the background), compaction |
@@ -46,6 +47,7 @@ mod append_options;
 mod backend;
 pub mod backup;
 mod conditional;
+mod erase;
 mod hosts;
 mod index;
 mod open;

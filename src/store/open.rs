@@ -149,6 +149,12 @@ impl Store {
         hosts: Vec<(TypeId, HostSlot)>,
         mut report: OpenReport,
     ) -> Result<Store> {
+        backend.keyring = crate::erasure::Keyring::open(
+            Arc::clone(backend.storage_ref()),
+            backend.dir(),
+            options.encryption.as_ref(),
+            !backend.is_read_only(),
+        )?;
         let Started { state, hosts, tail } =
             start_from_snapshot(&backend, candidates, known_chain, hosts, &mut report)?;
         let (options, next_lsn) = if backend.is_read_only() {
@@ -171,7 +177,11 @@ impl Store {
             (options, next_lsn)
         };
         let ordered = Ordered::new(next_lsn, hosts);
-        Store::start(StoreCore::new(backend, options, state, ordered, report))
+        let store = Store::start(StoreCore::new(backend, options, state, ordered, report))?;
+        if !store.log.is_read_only() {
+            store.finish_erasures()?;
+        }
+        Ok(store)
     }
 
     /// Starts the background snapshot thread when a threshold is set.
@@ -299,7 +309,7 @@ pub(super) fn start_from_snapshot(
         (Some(frame), Some(reader)) => Box::new(reader.iter_after(frame)),
         _ => log.read_from(start.replay_from),
     };
-    let (state, hosts) = start.replay(tail.as_mut(), report)?;
+    let (state, hosts) = start.replay(tail.as_mut(), backend.keyring.as_ref(), report)?;
     Ok(Started { state, hosts, tail })
 }
 
@@ -444,6 +454,7 @@ impl Start {
     pub(super) fn replay(
         self,
         tail: &mut dyn LogCursor,
+        keyring: Option<&crate::erasure::Keyring>,
         report: &mut OpenReport,
     ) -> Result<(State, Vec<(TypeId, HostSlot)>)> {
         let Start {
@@ -464,7 +475,11 @@ impl Start {
         };
         for record in tail {
             let record = record?;
-            let event = record.event()?;
+            let mut event = record.event()?;
+            if let (Some(keyring), false) = (keyring, hosts.is_empty()) {
+                // Host slices fold the events as appended: opened.
+                event = keyring.open_for_hosts(event, record.lsn);
+            }
             if record.lsn < snapshot_lsn {
                 for &index in &rebuild_from_start {
                     hosts[index].1.apply(&event, record.lsn)?;

@@ -70,6 +70,11 @@ pub struct StoreOptions {
     /// How many snapshot files to keep (the newest ones; at least 1, or
     /// opening fails with [`Error::InvalidOption`](crate::Error::InvalidOption)).
     pub snapshots_kept: usize,
+    /// The store key of an encrypted store (docs/erasure.md): each
+    /// conversation it creates is sealed with a key of its own, which
+    /// [`Store::erase`] destroys. `None` (the default): events are stored
+    /// in the clear, and opening a store that has a key table fails.
+    pub encryption: Option<crate::erasure::StoreKey>,
 }
 
 impl Default for StoreOptions {
@@ -80,6 +85,7 @@ impl Default for StoreOptions {
             snapshot_every_bytes: None,
             retention: Retention::KeepAll,
             snapshots_kept: 2,
+            encryption: None,
         }
     }
 }
@@ -176,6 +182,13 @@ impl StoreOptions {
     /// Sets what [`Store::compact`] may delete.
     pub fn retention(mut self, retention: Retention) -> StoreOptions {
         self.retention = retention;
+        self
+    }
+
+    /// Sets the store key: the store seals each conversation it creates
+    /// with a key of its own ([`StoreOptions::encryption`]).
+    pub fn encryption(mut self, key: Option<crate::erasure::StoreKey>) -> StoreOptions {
+        self.encryption = key;
         self
     }
 

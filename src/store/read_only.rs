@@ -238,7 +238,13 @@ impl StoreCore {
                         break;
                     }
                     Some(Ok(record)) => match record.event() {
-                        Ok(event) => chunk.push((record, event)),
+                        Ok(event) => {
+                            let event = match &self.log.keyring {
+                                Some(keyring) => keyring.open_for_hosts(event, record.lsn),
+                                None => event,
+                            };
+                            chunk.push((record, event))
+                        }
                         Err(error) => {
                             outcome = Err(error);
                             break;

@@ -173,11 +173,10 @@ impl StoreCore {
             .iter()
             .filter_map(|id| match self.fold_conversation(id, Some(lsn)) {
                 Ok(Some(slice)) if slice.last_lsn() > 0 => {
-                    conversations += 1;
-                    Some(
-                        codec::encode_value(&slice)
-                            .map(|blob| (id.clone(), blob))
-                            .map_err(|reason| Error::SnapshotWrite {
+                    let blob = match codec::encode_value(&slice) {
+                        Ok(blob) => blob,
+                        Err(reason) => {
+                            return Some(Err(Error::SnapshotWrite {
                                 path: self
                                     .log
                                     .dir()
@@ -186,10 +185,19 @@ impl StoreCore {
                                 reason: format!(
                                     "the slice of conversation {id:?} does not encode: {reason}"
                                 ),
-                            }),
-                    )
+                            }))
+                        }
+                    };
+                    // An encrypted conversation's slice is sealed with its
+                    // key (no plaintext here); one erased since it was
+                    // folded is left out.
+                    let blob = self.seal_slice(id, blob)?;
+                    conversations += 1;
+                    Some(Ok((id.clone(), blob)))
                 }
                 Ok(_) => None,
+                // Erased meanwhile: nothing of it goes into the snapshot.
+                Err(Error::Erased { .. }) => None,
                 Err(error) => Some(Err(error)),
             });
         let storage = Arc::clone(&self.options.log.storage);

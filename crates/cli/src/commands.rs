@@ -230,6 +230,18 @@ pub fn stats(dir: &Path) -> Result<(), Failure> {
     row("LSN range", lsn_range(stats.first_lsn, stats.next_lsn));
     row("events", events);
     row("conversations", stats.conversations);
+    if store.is_encrypted() {
+        let erased = store.erased_conversations();
+        row("encryption", "per conversation (docs/erasure.md)");
+        row(
+            "erased",
+            if erased.is_empty() {
+                "none".to_string()
+            } else {
+                format!("{} ({})", erased.len(), erased.join(", "))
+            },
+        );
+    }
     row(
         "snapshot LSN",
         stats

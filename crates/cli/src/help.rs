@@ -71,9 +71,16 @@ and one inside the store directory. --rotate OLD_KEYFILE writes a new file with 
 keys and a new one; the writer tags with the newest from its next open, and the first
 frame it writes is tagged with the old key too, so the rotation is recorded in the log.
 
+With --encryption it writes a store key instead: 32 random bytes as 64 hexadecimal
+digits, mode 0600. A store opened with it (CONVLOG_KEY_FILE, or --key for erase) seals
+each new conversation with a key of its own; without it the store does not open. Keep it
+outside the store directory and back it up apart from the store.
+
 Example:
   convlog keygen ~/keys/audit.key
-  convlog keygen ~/keys/audit-2.key --rotate ~/keys/audit.key"#;
+  convlog keygen ~/keys/audit-2.key --rotate ~/keys/audit.key
+  convlog keygen --encryption ~/keys/my-store.key
+  CONVLOG_KEY_FILE=~/keys/my-store.key convlog append ./my-store < events.jsonl"#;
 
 pub const SNAPSHOT_HELP: &str = r#"Prints the snapshot file, its LSN (every event below it is in the snapshot) and the
 number of conversations in it. Needs the writer's lock (no other writer may run).
@@ -111,6 +118,16 @@ writer has appended so far.
 
 Example:
   convlog stats ./my-store"#;
+
+pub const ERASE_HELP: &str = r#"Destroys the conversation's key in the store's key table, after recording the erasure (who,
+when, which conversation) as an event in the log. Its content can then never be read again,
+by anyone, from the store or a copy of it made afterwards; reads and appends of it fail with
+"was erased". Every other conversation, the log and its checksum chain stay as they were and
+verify. Only a conversation of an encrypted store can be erased (docs/erasure.md). Prints a
+JSON object: {"erased", "by", "at", "lsn"}.
+
+Example:
+  CONVLOG_KEY_FILE=~/keys/my-store.key convlog erase ./my-store --conversation ctx_123 --by "ticket 4711""#;
 
 pub const RESUME_HELP: &str = r#"Output: one pretty JSON object, the library's resume state (`convlog::resume`):
   {

@@ -16,6 +16,7 @@ mod chat;
 mod commands;
 mod control;
 mod demo;
+mod erase;
 mod export;
 mod help;
 mod import;
@@ -112,12 +113,17 @@ enum Command {
         head: Option<PathBuf>,
     },
     /// Generate a tamper key file (mode 0600) and its public key file, or a
-    /// rotated one that keeps the old keys.
+    /// rotated one that keeps the old keys; with --encryption, a store key
+    /// file for encryption at rest instead.
     #[command(after_help = help::KEYGEN_HELP)]
     Keygen {
         /// The key file to create (it must not exist; keep it outside every
         /// store).
         key: PathBuf,
+        /// Make a store key for encryption at rest (pass it to commands as
+        /// CONVLOG_KEY_FILE; docs/erasure.md) instead of a tamper key.
+        #[arg(long, conflicts_with_all = ["public", "rotate"])]
+        encryption: bool,
         /// The public key file to create (default: KEYFILE.pub).
         #[arg(long, value_name = "PUBFILE")]
         public: Option<PathBuf>,
@@ -152,6 +158,22 @@ enum Command {
         store: PathBuf,
         /// The backup directory (new, or empty).
         dest: PathBuf,
+    },
+    /// Erase a conversation of an encrypted store: destroy its key, so its
+    /// content can never be read again (docs/erasure.md).
+    #[command(after_help = help::ERASE_HELP)]
+    Erase {
+        /// The store directory.
+        store: PathBuf,
+        /// The conversation to erase.
+        #[arg(long, value_name = "ID")]
+        conversation: String,
+        /// The store key file (default: $CONVLOG_KEY_FILE).
+        #[arg(long, value_name = "FILE")]
+        key: Option<PathBuf>,
+        /// Who asks for the erasure (recorded in the log's erasure event).
+        #[arg(long, value_name = "WHO", default_value = "convlog erase")]
+        by: String,
     },
     /// Print counters of a store: segments, LSN range, conversations,
     /// snapshot, index size.
@@ -433,6 +455,12 @@ fn run(command: Command) -> Result<(), shell::Failure> {
         } => commands::verify(&store, log_only, &tamper::TamperArgs { key, public, head }),
         Command::Keygen {
             key,
+            encryption: true,
+            ..
+        } => erase::keygen(&key),
+        Command::Keygen {
+            key,
+            encryption: false,
             public,
             rotate,
         } => tamper::keygen(&key, public.as_deref(), rotate.as_deref()),
@@ -442,6 +470,12 @@ fn run(command: Command) -> Result<(), shell::Failure> {
             delete_covered,
         } => commands::compact(&store, delete_covered),
         Command::Stats { store } => commands::stats(&store),
+        Command::Erase {
+            store,
+            conversation,
+            key,
+            by,
+        } => erase::erase(&store, &conversation, key.as_deref(), &by),
         Command::Backup { store, dest } => backup::backup(&store, &dest),
         Command::Inspect {
             store,
@@ -481,6 +515,7 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
         | Command::Snapshot { .. }
         | Command::Compact { .. }
         | Command::Stats { .. }
+        | Command::Erase { .. }
         | Command::Backup { .. }
         | Command::Inspect { .. }
         | Command::Serve { .. }

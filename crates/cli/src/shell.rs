@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 use convlog::control::ContextsReducer;
+use convlog::erasure::StoreKey;
 use convlog::log::LogReader;
 use convlog::store::{StoreBuilder, StoreOptions};
 use convlog::{Error, Store};
@@ -48,11 +49,25 @@ pub fn existing_store(dir: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The environment variable naming an encrypted store's key file
+/// (docs/erasure.md): every command that opens a store reads it.
+pub const KEY_FILE_ENV: &str = "CONVLOG_KEY_FILE";
+
+/// The store key: from `--key` when given, else from `CONVLOG_KEY_FILE`
+/// when set; `None` for neither (a store in the clear).
+pub fn store_key(key_file: Option<&Path>) -> Result<Option<StoreKey>, Failure> {
+    let from_env = std::env::var_os(KEY_FILE_ENV).filter(|value| !value.is_empty());
+    match key_file.map(Path::to_path_buf).or(from_env.map(Into::into)) {
+        Some(path) => Ok(Some(StoreKey::from_file(path)?)),
+        None => Ok(None),
+    }
+}
+
 /// Opens the store read-only, beside any running writer: no lock, nothing
 /// written. No host reducers: a snapshot taken by a host without them still
 /// serves conversations.
 pub fn open_store_read_only(dir: &Path) -> Result<Store, Failure> {
-    let store = Store::open_read_only(dir, StoreOptions::default())?;
+    let store = Store::open_read_only(dir, StoreOptions::default().encryption(store_key(None)?))?;
     // Catch up now, so a damaged log fails here with its location.
     store.refresh()?;
     Ok(store)
@@ -63,6 +78,10 @@ pub fn open_store_read_only(dir: &Path) -> Result<Store, Failure> {
 /// snapshot` writes carry the contexts of `create-context` and a compacted
 /// store still knows them.
 pub fn open_store(dir: &Path, options: StoreOptions) -> Result<Store, Failure> {
+    let options = match options.encryption {
+        Some(_) => options,
+        None => options.encryption(store_key(None)?),
+    };
     Ok(StoreBuilder::new(dir)
         .options(options)
         .reducer(ContextsReducer)

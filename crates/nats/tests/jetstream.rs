@@ -461,7 +461,7 @@ fn a_killed_stream_leader_loses_no_acknowledged_append() {
                             acked.push((lsns, batch));
                             acked_count.fetch_add(1, Ordering::SeqCst);
                         }
-                        Err(error) => return Err((acked, error)),
+                        Err(error) => return Err(Box::new((acked, error))),
                     }
                 }
                 Ok(acked)
@@ -484,9 +484,10 @@ fn a_killed_stream_leader_loses_no_acknowledged_append() {
     for handle in handles {
         match handle.join().unwrap() {
             Ok(batches) => acked.extend(batches),
-            Err((batches, error)) => panic!(
-                "an append failed across the failover after {} acknowledged: {error}\n{}",
-                batches.len(),
+            Err(failed) => panic!(
+                "an append failed across the failover after {} acknowledged: {}\n{}",
+                failed.0.len(),
+                failed.1,
                 cluster.log_of(survivor)
             ),
         }

@@ -16,6 +16,7 @@ mod error;
 mod handlers;
 pub mod meta;
 pub mod metrics;
+pub mod stream;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -68,6 +69,7 @@ pub struct AppState {
     agents: BTreeMap<String, Arc<Runner>>,
     create_lock: parking_lot::Mutex<()>,
     metrics: metrics::Metrics,
+    streams: Arc<stream::Streams>,
     handle: tokio::runtime::Handle,
     _mcp: Vec<McpServer>,
 }
@@ -89,6 +91,7 @@ pub struct AppState {
         handlers::append_events,
         handlers::resume,
         handlers::export,
+        stream::stream_events,
         handlers::health,
     ),
     components(schemas(api::MessageSchema)),
@@ -143,6 +146,11 @@ impl Server {
         .map_err(|error| error.to_string())?
         .map_err(|error| error.to_string())?;
         let store = Arc::new(store);
+        let streams = Arc::new(stream::Streams::new(
+            config.limits.streams_per_user,
+            Duration::from_secs(config.limits.stream_keepalive_seconds),
+        ));
+        streams.observe(&store);
         let mut agents = BTreeMap::new();
         let mut mcp = Vec::new();
         for agent in &config.agents {
@@ -176,6 +184,7 @@ impl Server {
                 agents,
                 create_lock: parking_lot::Mutex::new(()),
                 metrics: metrics::Metrics::default(),
+                streams,
                 handle: tokio::runtime::Handle::current(),
                 _mcp: mcp,
             }),
@@ -207,6 +216,10 @@ impl Server {
                 "/contexts/{context_id}/events",
                 post(handlers::append_events),
             )
+            .route(
+                "/contexts/{context_id}/events/stream",
+                get(stream::stream_events),
+            )
             .route("/contexts/{context_id}/resume", get(handlers::resume))
             .route("/contexts/{context_id}/export", get(handlers::export))
             .route("/health", get(handlers::health))
@@ -222,9 +235,14 @@ impl Server {
             .with_state(Arc::clone(&self.state))
     }
 
+    /// The open event streams (`GET /contexts/{context_id}/events/stream`).
+    pub fn streams(&self) -> &Arc<stream::Streams> {
+        &self.state.streams
+    }
+
     /// Serves on `listener` until `shutdown` resolves; then stops
-    /// accepting, waits up to [`SHUTDOWN_GRACE`] for the requests in
-    /// flight, and syncs the store.
+    /// accepting, ends the event streams, waits up to [`SHUTDOWN_GRACE`]
+    /// for the requests in flight, and syncs the store.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -232,8 +250,12 @@ impl Server {
     ) -> Result<(), String> {
         let router = self.router();
         let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+        let streams = Arc::clone(&self.state.streams);
         let signal = async move {
             shutdown.await;
+            // Streams follow a context for as long as their client stays:
+            // ended here, or the graceful shutdown would wait for them.
+            streams.shut_down();
             let _ = stopping_tx.send(());
         };
         let serving = axum::serve(listener, router).with_graceful_shutdown(signal);
@@ -271,17 +293,26 @@ async fn openapi() -> Response {
 async fn render_metrics(
     axum::extract::State(state): axum::extract::State<Arc<AppState>>,
 ) -> Response {
-    let events = state.store.stats().next_lsn.saturating_sub(1);
-    let contexts = state
-        .control
-        .registry()
-        .map_or(0, |registry| registry.len());
+    let writer = state.store.log().writer_stats();
+    let gauges = metrics::Gauges {
+        store_events: state.store.stats().next_lsn.saturating_sub(1),
+        contexts: state
+            .control
+            .registry()
+            .map_or(0, |registry| registry.len()),
+        appends: writer.frames,
+        fsyncs: writer.syncs,
+        writes: writer.writes,
+        streams_open: state.streams.open() as u64,
+        streams_opened: state.streams.opened_total(),
+        stream_events: state.streams.events_sent(),
+    };
     (
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(events, contexts),
+        state.metrics.render(&gauges),
     )
         .into_response()
 }

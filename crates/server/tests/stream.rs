@@ -22,6 +22,7 @@ const DEADLINE: Duration = Duration::from_secs(20);
 
 struct Served {
     url: String,
+    upstream: Upstream,
     http: reqwest::Client,
     streams: Arc<Streams>,
     stop: Option<oneshot::Sender<()>>,
@@ -50,6 +51,7 @@ impl Served {
         }));
         Served {
             url,
+            upstream,
             http: reqwest::Client::new(),
             streams,
             stop: Some(stop),
@@ -480,6 +482,33 @@ async fn shutdown_ends_open_streams_instead_of_waiting_for_them() {
     .await
     .expect("shutdown ends the open stream");
     assert_eq!(streams.open(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chat_run_is_followed_as_it_is_recorded() {
+    let server = Served::start("").await;
+    server.create("ctx_c", false).await;
+    let mut stream = Reader::new(server.open("ctx_c", Some(ALICE), "", None).await);
+    stream.take(2).await;
+    // The runner appends the turn: the human message, then the answer.
+    server.upstream.push([support::text("Hello!")]);
+    let (status, body) = server
+        .post(
+            "/chat",
+            ALICE,
+            json!({"context_id": "ctx_c", "message": "Hi"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut seen = Vec::new();
+    while !seen.iter().any(|text| text == "Hello!") {
+        let event = stream.next().await.unwrap();
+        if data(&event)["type"] == "conversation_recorded" {
+            seen.push(content(&event));
+        }
+    }
+    assert_eq!(seen, ["Hi", "Hello!"]);
+    server.stop().await;
 }
 
 fn sample(metrics: &str, name: &str) -> u64 {

@@ -352,16 +352,19 @@ async fn request_frame(
                 && id.bytes().all(|b| b.is_ascii_graphic())
         })
         .map(str::to_string)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+        .unwrap_or_else(made_up_request_id);
     let value = HeaderValue::from_str(&id).expect("a checked request id is a header value");
     request.headers_mut().insert(header.clone(), value.clone());
     let method = request.method().clone();
     let path = request.uri().path().to_string();
-    let route = request
+    // A shared string: cloning it copies no text.
+    let matched = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .map_or("unmatched", |matched| matched.as_str())
-        .to_string();
+        .cloned();
+    let route = matched
+        .as_ref()
+        .map_or("unmatched", |matched| matched.as_str());
     let started = Instant::now();
     let mut response = match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
         Ok(response) => response,
@@ -377,7 +380,7 @@ async fn request_frame(
     response.headers_mut().insert(header, value);
     state
         .metrics
-        .observe(&route, response.status().as_u16(), started.elapsed());
+        .observe(route, response.status().as_u16(), started.elapsed());
     tracing::info!(
         request_id = %id,
         %method,
@@ -387,6 +390,21 @@ async fn request_frame(
         "request"
     );
     response
+}
+
+/// A request id for a request that brought none: a random prefix drawn
+/// once per process and a counter (32 hex digits, like a UUID without
+/// dashes), so a request costs no call for randomness.
+fn made_up_request_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static IDS: OnceLock<(u64, AtomicU64)> = OnceLock::new();
+    let (prefix, counter) =
+        IDS.get_or_init(|| (uuid::Uuid::new_v4().as_u64_pair().0, AtomicU64::new(0)));
+    format!(
+        "{prefix:016x}{:016x}",
+        counter.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// `convlog serve`'s arguments.

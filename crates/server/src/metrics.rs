@@ -12,8 +12,8 @@ pub const LATENCY_BUCKETS_SECONDS: [f64; 10] =
 
 #[derive(Default)]
 struct Counts {
-    /// Requests by (route, status).
-    requests: BTreeMap<(String, u16), u64>,
+    /// Requests by route, then status.
+    requests: BTreeMap<String, BTreeMap<u16, u64>>,
     /// Cumulative counts per bucket, then the total.
     buckets: [u64; LATENCY_BUCKETS_SECONDS.len()],
     count: u64,
@@ -31,10 +31,12 @@ impl Metrics {
     pub fn observe(&self, route: &str, status: u16, elapsed: Duration) {
         let seconds = elapsed.as_secs_f64();
         let mut counts = self.counts.lock();
-        *counts
-            .requests
-            .entry((route.to_string(), status))
-            .or_default() += 1;
+        // The route's name is copied once, not per request.
+        if !counts.requests.contains_key(route) {
+            counts.requests.insert(route.to_string(), BTreeMap::new());
+        }
+        let by_status = counts.requests.get_mut(route).expect("inserted just above");
+        *by_status.entry(status).or_default() += 1;
         for (bucket, bound) in counts.buckets.iter_mut().zip(LATENCY_BUCKETS_SECONDS) {
             if seconds <= bound {
                 *bucket += 1;
@@ -53,11 +55,13 @@ impl Metrics {
             "# HELP convlog_server_requests_total Requests answered, by route and status."
         );
         let _ = writeln!(out, "# TYPE convlog_server_requests_total counter");
-        for ((route, status), count) in &counts.requests {
-            let _ = writeln!(
-                out,
-                "convlog_server_requests_total{{route=\"{route}\",status=\"{status}\"}} {count}"
-            );
+        for (route, by_status) in &counts.requests {
+            for (status, count) in by_status {
+                let _ = writeln!(
+                    out,
+                    "convlog_server_requests_total{{route=\"{route}\",status=\"{status}\"}} {count}"
+                );
+            }
         }
         let _ = writeln!(
             out,

@@ -52,6 +52,35 @@ fn process_cpu() -> Duration {
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
+/// CPU time of this process's live threads whose name starts with
+/// `prefix` (threads that already exited are not counted).
+fn threads_cpu(prefix: &str) -> Duration {
+    let mut ticks = 0;
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let name = head.split_once('(').map_or("", |(_, name)| name);
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |index: usize| {
+            fields
+                .get(index)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        ticks += field(11) + field(12);
+    }
+    Duration::from_millis(ticks * 10)
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -194,11 +223,18 @@ fn main() {
             let base = round * APPENDS_EACH;
             let (client2, url2) = (client.clone(), url.clone());
             let cpu = process_cpu();
+            let (server_cpu, client_cpu) = (threads_cpu("server"), threads_cpu("client"));
             let (http_rate, http) = drive(CONNECTIONS, APPENDS_EACH, move |c, n| {
                 client2.post(format!("{url2}/contexts/ctx_{c}/events")).bearer_auth(token)
                     .json(&json!({"events": [event(&format!("ctx_{c}"), base + n)]}))
             }, deadline).await;
             let http_cpu = (process_cpu() - cpu).as_secs_f64() * 1e6 / http.len() as f64;
+            let per_append = |d: Duration| d.as_secs_f64() * 1e6 / http.len() as f64;
+            let split = format!(
+                "server threads {:.0} us, client threads {:.0} us",
+                per_append(threads_cpu("server").saturating_sub(server_cpu)),
+                per_append(threads_cpu("client").saturating_sub(client_cpu)),
+            );
             let path = dir.path().to_path_buf();
             let cpu = process_cpu();
             let (local_rate, local) = tokio::task::spawn_blocking(move || in_process(&path, round)).await.unwrap();
@@ -216,6 +252,7 @@ fn main() {
                 http_rate / local_rate,
                 ms(percentile(&chat, 0.5)), ms(percentile(&chat, 0.99)),
             );
+            println!("  HTTP CPU per append by thread: {split}");
         }
         println!("load: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
     });

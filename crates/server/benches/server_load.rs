@@ -24,6 +24,7 @@ const APPENDS_EACH: usize = 40;
 /// `/chat` requests per connection per round (CHAT_CONNECTIONS of them).
 const CHATS_EACH: usize = 20;
 const CHAT_CONNECTIONS: usize = 32;
+/// Rounds, unless `SERVER_LOAD_ROUNDS` says otherwise (e.g. 1 under a profiler).
 const ROUNDS: usize = 3;
 /// The whole run stops here, whatever is left.
 const RUN_LIMIT: Duration = Duration::from_secs(600);
@@ -31,6 +32,53 @@ const RUN_LIMIT: Duration = Duration::from_secs(600);
 fn event(context: &str, n: usize) -> Value {
     json!({"type": "conversation_recorded", "conversation_id": context,
            "entry": {"evaluation_id": "eval-load", "sequence": n, "role": "user", "content": "x".repeat(200)}})
+}
+
+/// CPU time (user + system) this process used so far, all threads.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses): utime is
+    // the 14th field of the line, stime the 15th, in clock ticks.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |index: usize| {
+        fields
+            .get(index)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// CPU time of this process's live threads whose name starts with
+/// `prefix` (threads that already exited are not counted).
+fn threads_cpu(prefix: &str) -> Duration {
+    let mut ticks = 0;
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let name = head.split_once('(').map_or("", |(_, name)| name);
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |index: usize| {
+            fields
+                .get(index)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        ticks += field(11) + field(12);
+    }
+    Duration::from_millis(ticks * 10)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -129,15 +177,24 @@ fn in_process(dir: &std::path::Path, round: usize) -> (f64, Vec<Duration>) {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // The server on a runtime of its own (threads `server-*`), the load
+    // generator on another (`client-*`): a profile (`perf report --sort
+    // comm`) then tells whose CPU time is whose.
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .thread_name("server")
         .build()
         .unwrap();
-    runtime.block_on(async {
-        let deadline = Instant::now() + RUN_LIMIT;
-        let dir = tempfile::tempdir().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("client")
+        .build()
+        .unwrap();
+    let deadline = Instant::now() + RUN_LIMIT;
+    let dir = tempfile::tempdir().unwrap();
+    let token = "load-token";
+    let url = server_runtime.block_on(async {
         let upstream = fake_upstream().await;
-        let token = "load-token";
         let hash: String = hash_token(token).iter().map(|b| format!("{b:02x}")).collect();
         let config = Config::parse(&format!(
             "[[agents]]\nid = \"a\"\nprovider = \"openai-compatible\"\nmodel = \"fake\"\nbase_url = \"{upstream}\"\n\n[[users]]\nid = \"load\"\ntoken_sha256 = \"{hash}\"\n"
@@ -147,6 +204,9 @@ fn main() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(server.serve(listener, std::future::pending()));
+        url
+    });
+    runtime.block_on(async {
         let client = reqwest::Client::builder().pool_max_idle_per_host(CONNECTIONS).build().unwrap();
         for c in 0..CONNECTIONS.max(CHAT_CONNECTIONS) {
             let response = client.post(format!("{url}/contexts")).bearer_auth(token)
@@ -154,16 +214,31 @@ fn main() {
             assert_eq!(response.status(), 201);
         }
         println!("load: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
-        println!("round | HTTP appends/s | p50 | p99 | in-process Group appends/s | p50 | p99 | ratio | /chat turns/s | p50 | p99");
-        for round in 0..ROUNDS {
+        println!("round | HTTP appends/s | p50 | p99 | CPU us/append | in-process Group appends/s | p50 | p99 | CPU us/append | ratio | /chat turns/s | p50 | p99");
+        let rounds = std::env::var("SERVER_LOAD_ROUNDS")
+            .ok()
+            .and_then(|rounds| rounds.parse().ok())
+            .unwrap_or(ROUNDS);
+        for round in 0..rounds {
             let base = round * APPENDS_EACH;
             let (client2, url2) = (client.clone(), url.clone());
+            let cpu = process_cpu();
+            let (server_cpu, client_cpu) = (threads_cpu("server"), threads_cpu("client"));
             let (http_rate, http) = drive(CONNECTIONS, APPENDS_EACH, move |c, n| {
                 client2.post(format!("{url2}/contexts/ctx_{c}/events")).bearer_auth(token)
                     .json(&json!({"events": [event(&format!("ctx_{c}"), base + n)]}))
             }, deadline).await;
+            let http_cpu = (process_cpu() - cpu).as_secs_f64() * 1e6 / http.len() as f64;
+            let per_append = |d: Duration| d.as_secs_f64() * 1e6 / http.len() as f64;
+            let split = format!(
+                "server threads {:.0} us, client threads {:.0} us",
+                per_append(threads_cpu("server").saturating_sub(server_cpu)),
+                per_append(threads_cpu("client").saturating_sub(client_cpu)),
+            );
             let path = dir.path().to_path_buf();
+            let cpu = process_cpu();
             let (local_rate, local) = tokio::task::spawn_blocking(move || in_process(&path, round)).await.unwrap();
+            let local_cpu = (process_cpu() - cpu).as_secs_f64() * 1e6 / local.len() as f64;
             let (client3, url3) = (client.clone(), url.clone());
             let (chat_rate, chat) = drive(CHAT_CONNECTIONS, CHATS_EACH, move |c, _| {
                 client3.post(format!("{url3}/chat")).bearer_auth(token)
@@ -171,13 +246,16 @@ fn main() {
             }, deadline).await;
             let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
             println!(
-                "{round} | {http_rate:.0} | {} | {} | {local_rate:.0} | {} | {} | {:.2} | {chat_rate:.0} | {} | {}",
+                "{round} | {http_rate:.0} | {} | {} | {http_cpu:.0} | {local_rate:.0} | {} | {} | {local_cpu:.0} | {:.2} | {chat_rate:.0} | {} | {}",
                 ms(percentile(&http, 0.5)), ms(percentile(&http, 0.99)),
                 ms(percentile(&local, 0.5)), ms(percentile(&local, 0.99)),
                 http_rate / local_rate,
                 ms(percentile(&chat, 0.5)), ms(percentile(&chat, 0.99)),
             );
+            println!("  HTTP CPU per append by thread: {split}");
         }
         println!("load: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
     });
+    drop(runtime);
+    server_runtime.shutdown_timeout(Duration::from_secs(1));
 }

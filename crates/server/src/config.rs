@@ -24,6 +24,10 @@
 //! [[users]]
 //! id = "bob"
 //! token_env = "BOB_TOKEN"           # or: the token is read from this variable at start, then hashed
+//!
+//! [limits]                          # optional
+//! streams_per_user = 8              # event streams one user may hold open (429 beyond)
+//! stream_keepalive_seconds = 15     # keep-alive comment interval of an idle stream
 //! ```
 
 use std::collections::BTreeSet;
@@ -50,6 +54,34 @@ pub struct Config {
     /// The users and their tokens.
     #[serde(default)]
     pub users: Vec<UserConfig>,
+    /// Limits that may be changed from their defaults.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+}
+
+/// The configurable limits (`[limits]`); each defaults to its named
+/// constant.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Event streams one user may hold open at once (429 beyond); default
+    /// [`STREAMS_PER_USER_MAX`](crate::stream::STREAMS_PER_USER_MAX).
+    pub streams_per_user: usize,
+    /// Seconds between keep-alive comments on an idle event stream;
+    /// default [`STREAM_KEEPALIVE`](crate::stream::STREAM_KEEPALIVE).
+    pub stream_keepalive_seconds: u64,
+}
+
+/// The longest keep-alive interval the configuration accepts, in seconds.
+pub const STREAM_KEEPALIVE_SECONDS_MAX: u64 = 3_600;
+
+impl Default for LimitsConfig {
+    fn default() -> LimitsConfig {
+        LimitsConfig {
+            streams_per_user: crate::stream::STREAMS_PER_USER_MAX,
+            stream_keepalive_seconds: crate::stream::STREAM_KEEPALIVE.as_secs(),
+        }
+    }
 }
 
 /// One agent: an upstream model and its tools.
@@ -118,6 +150,15 @@ impl Config {
                 return Err(format!("agent {:?} is configured twice", agent.id));
             }
             agent.api_kind()?;
+        }
+        if config.limits.streams_per_user == 0 {
+            return Err("limits.streams_per_user must be at least 1".to_string());
+        }
+        if !(1..=STREAM_KEEPALIVE_SECONDS_MAX).contains(&config.limits.stream_keepalive_seconds) {
+            return Err(format!(
+                "limits.stream_keepalive_seconds must be 1 to {STREAM_KEEPALIVE_SECONDS_MAX}, not {}",
+                config.limits.stream_keepalive_seconds
+            ));
         }
         let mut users = BTreeSet::new();
         for user in &config.users {
@@ -281,5 +322,23 @@ token_env = "BOB"
         let config = Config::parse("[[users]]\nid = \"a\"\ntoken_sha256 = \"zz\"\n").unwrap();
         let error = config.tokens(|_| None).unwrap_err();
         assert!(error.contains("64 hex digits"), "{error}");
+        let error = Config::parse("[limits]\nstreams_per_user = 0\n").unwrap_err();
+        assert!(
+            error.contains("streams_per_user must be at least 1"),
+            "{error}"
+        );
+        let error = Config::parse("[limits]\nstream_keepalive_seconds = 0\n").unwrap_err();
+        assert!(
+            error.contains("stream_keepalive_seconds must be 1 to"),
+            "{error}"
+        );
+        let error = Config::parse("[limits]\nstreams = 3\n").unwrap_err();
+        assert!(error.contains("unknown field `streams`"), "{error}");
+        let config = Config::parse("[limits]\nstreams_per_user = 3\n").unwrap();
+        assert_eq!(config.limits.streams_per_user, 3);
+        assert_eq!(
+            config.limits.stream_keepalive_seconds,
+            crate::stream::STREAM_KEEPALIVE.as_secs()
+        );
     }
 }

@@ -16,6 +16,7 @@ mod error;
 mod handlers;
 pub mod meta;
 pub mod metrics;
+pub mod stream;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -68,6 +69,7 @@ pub struct AppState {
     agents: BTreeMap<String, Arc<Runner>>,
     create_lock: parking_lot::Mutex<()>,
     metrics: metrics::Metrics,
+    streams: Arc<stream::Streams>,
     handle: tokio::runtime::Handle,
     /// Set once the server stops: recorded generations in flight are
     /// cancelled where they stand (every step so far is recorded).
@@ -92,6 +94,7 @@ pub struct AppState {
         handlers::append_events,
         handlers::resume,
         handlers::export,
+        stream::stream_events,
         handlers::health,
     ),
     components(schemas(api::MessageSchema)),
@@ -147,6 +150,11 @@ impl Server {
         .map_err(|error| error.to_string())?
         .map_err(|error| error.to_string())?;
         let store = Arc::new(store);
+        let streams = Arc::new(stream::Streams::new(
+            config.limits.streams_per_user,
+            Duration::from_secs(config.limits.stream_keepalive_seconds),
+        ));
+        streams.observe(&store);
         let mut agents = BTreeMap::new();
         let mut mcp = Vec::new();
         for agent in &config.agents {
@@ -180,6 +188,7 @@ impl Server {
                 agents,
                 create_lock: parking_lot::Mutex::new(()),
                 metrics: metrics::Metrics::default(),
+                streams,
                 handle: tokio::runtime::Handle::current(),
                 stopping: tokio::sync::watch::Sender::new(false),
                 _mcp: mcp,
@@ -213,6 +222,10 @@ impl Server {
                 "/contexts/{context_id}/events",
                 post(handlers::append_events),
             )
+            .route(
+                "/contexts/{context_id}/events/stream",
+                get(stream::stream_events),
+            )
             .route("/contexts/{context_id}/resume", get(handlers::resume))
             .route("/contexts/{context_id}/export", get(handlers::export))
             .route("/health", get(handlers::health))
@@ -228,13 +241,19 @@ impl Server {
             .with_state(Arc::clone(&self.state))
     }
 
+    /// The open event streams (`GET /contexts/{context_id}/events/stream`).
+    pub fn streams(&self) -> &Arc<stream::Streams> {
+        &self.state.streams
+    }
+
     /// Serves on `listener` until `shutdown` resolves; then stops
-    /// accepting, cancels the recorded generations in flight where they
-    /// stand (each step so far is recorded: the next `/chat/invoke`, or
-    /// the next start with `resume_on_start`, carries them on), waits up
-    /// to [`SHUTDOWN_GRACE`] for the other requests in flight, and syncs
-    /// the store. With `resume_on_start` configured, it first starts
-    /// carrying on the interrupted generations, in the background.
+    /// accepting, ends the event streams, cancels the recorded generations
+    /// in flight where they stand (each step so far is recorded: the next
+    /// `/chat/invoke`, or the next start with `resume_on_start`, carries
+    /// them on), waits up to [`SHUTDOWN_GRACE`] for the other requests in
+    /// flight, and syncs the store. With `resume_on_start` configured, it
+    /// first starts carrying on the interrupted generations, in the
+    /// background.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -247,9 +266,13 @@ impl Server {
         }
         let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
         let generations = self.state.stopping.clone();
+        let streams = Arc::clone(&self.state.streams);
         let signal = async move {
             shutdown.await;
             generations.send_replace(true);
+            // Streams follow a context for as long as their client stays:
+            // ended here, or the graceful shutdown would wait for them.
+            streams.shut_down();
             let _ = stopping_tx.send(());
         };
         let serving = axum::serve(listener, router).with_graceful_shutdown(signal);
@@ -287,17 +310,26 @@ async fn openapi() -> Response {
 async fn render_metrics(
     axum::extract::State(state): axum::extract::State<Arc<AppState>>,
 ) -> Response {
-    let events = state.store.stats().next_lsn.saturating_sub(1);
-    let contexts = state
-        .control
-        .registry()
-        .map_or(0, |registry| registry.len());
+    let writer = state.store.log().writer_stats();
+    let gauges = metrics::Gauges {
+        store_events: state.store.stats().next_lsn.saturating_sub(1),
+        contexts: state
+            .control
+            .registry()
+            .map_or(0, |registry| registry.len()),
+        appends: writer.frames,
+        fsyncs: writer.syncs,
+        writes: writer.writes,
+        streams_open: state.streams.open() as u64,
+        streams_opened: state.streams.opened_total(),
+        stream_events: state.streams.events_sent(),
+    };
     (
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(events, contexts),
+        state.metrics.render(&gauges),
     )
         .into_response()
 }
@@ -337,16 +369,19 @@ async fn request_frame(
                 && id.bytes().all(|b| b.is_ascii_graphic())
         })
         .map(str::to_string)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+        .unwrap_or_else(made_up_request_id);
     let value = HeaderValue::from_str(&id).expect("a checked request id is a header value");
     request.headers_mut().insert(header.clone(), value.clone());
     let method = request.method().clone();
     let path = request.uri().path().to_string();
-    let route = request
+    // A shared string: cloning it copies no text.
+    let matched = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .map_or("unmatched", |matched| matched.as_str())
-        .to_string();
+        .cloned();
+    let route = matched
+        .as_ref()
+        .map_or("unmatched", |matched| matched.as_str());
     let started = Instant::now();
     let mut response = match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
         Ok(response) => response,
@@ -362,7 +397,7 @@ async fn request_frame(
     response.headers_mut().insert(header, value);
     state
         .metrics
-        .observe(&route, response.status().as_u16(), started.elapsed());
+        .observe(route, response.status().as_u16(), started.elapsed());
     tracing::info!(
         request_id = %id,
         %method,
@@ -372,6 +407,21 @@ async fn request_frame(
         "request"
     );
     response
+}
+
+/// A request id for a request that brought none: a random prefix drawn
+/// once per process and a counter (32 hex digits, like a UUID without
+/// dashes), so a request costs no call for randomness.
+fn made_up_request_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static IDS: OnceLock<(u64, AtomicU64)> = OnceLock::new();
+    let (prefix, counter) =
+        IDS.get_or_init(|| (uuid::Uuid::new_v4().as_u64_pair().0, AtomicU64::new(0)));
+    format!(
+        "{prefix:016x}{:016x}",
+        counter.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// `convlog serve`'s arguments.

@@ -1104,6 +1104,12 @@ pub struct VerifyReport {
     pub events: u64,
     /// Bytes in all segment files.
     pub bytes: u64,
+    /// Of [`VerifyReport::bytes`], the space allocated ahead of the frames
+    /// at the end of the last segment and not written yet: zeros a writer
+    /// that is still open (or was killed) holds for its next appends; a
+    /// clean close gives them back. The log's frames take
+    /// `bytes - unused_bytes`.
+    pub unused_bytes: u64,
     /// LSN of the first event (the first segment's first LSN).
     pub first_lsn: Lsn,
     /// One past the LSN of the last valid event.
@@ -1195,7 +1201,10 @@ pub fn verify_with_progress(
             }
         }
         match &scan.end {
-            ScanEnd::Clean | ScanEnd::Unused { .. } => {}
+            ScanEnd::Clean => {}
+            ScanEnd::Unused { offset } => {
+                report.unused_bytes = (bytes.len() as u64).saturating_sub(*offset)
+            }
             ScanEnd::Torn { offset, .. } => {
                 report.torn_tail = Some((segment.path.clone(), *offset))
             }

@@ -149,7 +149,19 @@ fn log_rows(dir: &Path, log: &convlog::log::VerifyReport) {
     row("segments", log.segments);
     row("frames", format!("{} (atomic batches)", log.frames));
     row("events", log.events);
-    row("bytes", log.bytes);
+    if log.unused_bytes > 0 {
+        row(
+            "bytes",
+            format!(
+                "{} ({} of frames; {} allocated ahead by the writer, unused)",
+                log.bytes,
+                log.bytes - log.unused_bytes,
+                log.unused_bytes
+            ),
+        );
+    } else {
+        row("bytes", log.bytes);
+    }
     row("LSN range", lsn_range(log.first_lsn, log.next_lsn));
     match &log.torn_tail {
         Some((segment, offset)) => row(
@@ -212,6 +224,23 @@ pub fn compact(dir: &Path, delete_covered: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The zeros allocated ahead of the frames at the end of the segment at
+/// `path` (the active segment of a writer that is open or was killed).
+fn unused_tail_bytes(path: &Path) -> Result<u64, Failure> {
+    let bytes = std::fs::read(path)
+        .map_err(|error| Failure(format!("read {}: {error}", path.display())))?;
+    Ok(match convlog::log::recovery::scan_segment(&bytes, true) {
+        Ok(scan) => match scan.end {
+            convlog::log::recovery::ScanEnd::Unused { offset } => {
+                (bytes.len() as u64).saturating_sub(offset)
+            }
+            _ => 0,
+        },
+        // Damage is verify's to report; stats counts the file as it is.
+        Err(_) => 0,
+    })
+}
+
 /// `convlog stats STORE`.
 pub fn stats(dir: &Path) -> Result<(), Failure> {
     existing_store(dir)?;
@@ -224,9 +253,27 @@ pub fn stats(dir: &Path) -> Result<(), Failure> {
             .map_err(|error| Failure(format!("stat {}: {error}", segment.path.display())))?
             .len();
     }
+    // A writer that is open (or was killed) holds space allocated ahead of
+    // its frames at the end of the last segment: zeros, not log. Counted
+    // apart, so "bytes per event" is the log's and not the allocation's.
+    let unused = match segments.last() {
+        Some(last) => unused_tail_bytes(&last.path)?,
+        None => 0,
+    };
+    let bytes_of_frames = bytes - unused;
     let events = stats.next_lsn.saturating_sub(stats.first_lsn);
     row("store", dir.display());
-    row("segments", format!("{} ({bytes} bytes)", segments.len()));
+    if unused > 0 {
+        row(
+            "segments",
+            format!(
+                "{} ({bytes} bytes: {bytes_of_frames} of frames, {unused} allocated ahead by the writer, unused)",
+                segments.len()
+            ),
+        );
+    } else {
+        row("segments", format!("{} ({bytes} bytes)", segments.len()));
+    }
     row("LSN range", lsn_range(stats.first_lsn, stats.next_lsn));
     row("events", events);
     row("conversations", stats.conversations);
@@ -258,7 +305,10 @@ pub fn stats(dir: &Path) -> Result<(), Failure> {
     if events > 0 {
         row(
             "bytes per event",
-            format!("{:.1} (log bytes / events)", bytes as f64 / events as f64),
+            format!(
+                "{:.1} (bytes of frames / events)",
+                bytes_of_frames as f64 / events as f64
+            ),
         );
     } else {
         row("bytes per event", "- (no events)");

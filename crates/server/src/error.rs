@@ -59,6 +59,8 @@ impl From<convlog::Error> for ApiError {
             | Error::EmptyBatch => StatusCode::BAD_REQUEST,
             Error::LimitExceeded { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Error::GenerationFailed { .. } => StatusCode::BAD_GATEWAY,
+            // Its key was destroyed on purpose: gone for good.
+            Error::Erased { .. } => StatusCode::GONE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
         if status == StatusCode::INTERNAL_SERVER_ERROR {

@@ -107,8 +107,16 @@ impl AppState {
     fn info(&self, context_id: &str) -> Result<ContextInfo, ApiError> {
         let registry = self.control.registry()?;
         registry.get(context_id).cloned().ok_or_else(|| {
-            ApiError::from(convlog::Error::ContextNotFound {
-                context_id: context_id.to_string(),
+            // An erased context's events can no longer be read, its owner
+            // included: 410 says it existed and is gone for good.
+            ApiError::from(if self.store.is_erased(context_id) {
+                convlog::Error::Erased {
+                    conversation_id: context_id.to_string(),
+                }
+            } else {
+                convlog::Error::ContextNotFound {
+                    context_id: context_id.to_string(),
+                }
             })
         })
     }

@@ -32,8 +32,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use convlog::control::{ContextsReducer, MessageControl};
+use convlog::erasure::StoreKey;
 use convlog::store::StoreBuilder;
 use convlog::Store;
+use convlog::StoreOptions;
 use convlog_agent::{HttpClient, McpServer, Runner, RunnerOptions, Toolset};
 use tokio::net::TcpListener;
 use utoipa::OpenApi;
@@ -122,6 +124,10 @@ pub fn openapi_json() -> String {
         .expect("the OpenAPI document serializes")
 }
 
+/// The environment variable naming the store key file of an encrypted
+/// store (the same as the `convlog` command's).
+pub const STORE_KEY_FILE_ENV: &str = "CONVLOG_KEY_FILE";
+
 /// A server ready to serve: its store open, its agents started.
 pub struct Server {
     state: Arc<AppState>,
@@ -140,8 +146,15 @@ impl Server {
     ) -> Result<Server, String> {
         let tokens = config.tokens(&env)?;
         let dir = store_dir.to_path_buf();
+        // An encrypted store (docs/erasure.md) opens with its store key,
+        // named as for the command's other store commands.
+        let key = match env(STORE_KEY_FILE_ENV).filter(|path| !path.is_empty()) {
+            Some(path) => Some(StoreKey::from_file(path).map_err(|error| error.to_string())?),
+            None => None,
+        };
         let store = tokio::task::spawn_blocking(move || {
             StoreBuilder::new(&dir)
+                .options(StoreOptions::default().encryption(key))
                 .reducer(ContextsReducer)
                 .reducer(meta::ServerMetaReducer)
                 .open()

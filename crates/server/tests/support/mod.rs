@@ -201,10 +201,24 @@ impl TestServer {
         mcp: bool,
         extra: &str,
     ) -> TestServer {
+        TestServer::start_keyed(upstream, dir, mcp, extra, None).await
+    }
+
+    /// [`TestServer::start_with`] on an encrypted store: `key_file` is
+    /// what `CONVLOG_KEY_FILE` names.
+    pub async fn start_keyed(
+        upstream: Upstream,
+        dir: tempfile::TempDir,
+        mcp: bool,
+        extra: &str,
+        key_file: Option<String>,
+    ) -> TestServer {
         let text = format!("{extra}\n{}", config_text(&upstream.url, mcp));
         let config = Config::parse(&text).unwrap();
-        let server = Server::open(&dir.path().join("store"), &config, |name| {
-            (name == "BOB_TOKEN").then(|| BOB.to_string())
+        let server = Server::open(&dir.path().join("store"), &config, |name| match name {
+            "BOB_TOKEN" => Some(BOB.to_string()),
+            "CONVLOG_KEY_FILE" => key_file.clone(),
+            _ => None,
         })
         .await
         .unwrap();

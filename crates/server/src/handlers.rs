@@ -288,7 +288,7 @@ impl AppState {
                     let mut events = events.lock();
                     for (lsn, event) in (*first_lsn..).zip(batch) {
                         if let Some(value) = tool_event(lsn, event) {
-                            events.push(value);
+                            events.push((lsn, value));
                         }
                     }
                 }
@@ -310,7 +310,13 @@ impl AppState {
                 response: outcome.output().unwrap_or_default().to_string(),
                 saved_ai_messages: true,
                 generated_messages: convlog::control::message::to_messages(&outcome.entries),
-                events: events.into_inner(),
+                events: {
+                    // Calls side by side record from tasks of their own, so
+                    // their batches may reach the observer out of LSN order.
+                    let mut events = events.into_inner();
+                    events.sort_unstable_by_key(|(lsn, _)| *lsn);
+                    events.into_iter().map(|(_, value)| value).collect()
+                },
             })
         });
         task.await.map_err(|error| {

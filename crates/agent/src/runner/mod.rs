@@ -326,9 +326,11 @@ pub enum RunEvent {
     },
     /// A tool call finished: its result entry was recorded.
     ToolFinished(ConversationEntry),
-    /// A batch of events was recorded (every append of the run, in the
-    /// order the store acknowledged them; the steps above follow their own
-    /// batch): the LSN of its first event, and the events as recorded.
+    /// A batch of events was recorded (every append of the run; the steps
+    /// above follow their own batch): the LSN of its first event, and the
+    /// events as recorded. Tool calls side by side record from tasks of
+    /// their own, so their batches may arrive out of LSN order: order by
+    /// `first_lsn` where it matters.
     Recorded {
         /// The LSN of the batch's first event.
         first_lsn: convlog::Lsn,

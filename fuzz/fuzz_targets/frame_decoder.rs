@@ -2,7 +2,7 @@
 //! accepts is internally consistent.
 #![no_main]
 
-use convlog::log::format::{decode_frame, encode_frame, FrameDecode};
+use convlog::log::format::{decode_frame, encode_frame_with_trailer, FrameDecode};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -10,9 +10,19 @@ fuzz_target!(|data: &[u8]| {
         assert!(frame.size_bytes() <= data.len());
         let events: Vec<&[u8]> = frame.events().collect();
         assert_eq!(events.len(), frame.event_count as usize);
-        // Re-encoding what was decoded gives the same bytes back.
+        // Re-encoding what was decoded (with its trailer, if the frame is
+        // a tamper-evident one) gives the same bytes back.
+        assert!(frame.trailer_bytes.is_empty() || frame.trailer().is_some());
+        let trailer = frame.trailer();
         let mut again = Vec::new();
-        let crc = encode_frame(&mut again, frame.first_lsn, frame.durable_lsn, frame.previous_crc, &events);
+        let crc = encode_frame_with_trailer(
+            &mut again,
+            frame.first_lsn,
+            frame.durable_lsn,
+            frame.previous_crc,
+            &events,
+            trailer.as_ref(),
+        );
         assert_eq!(crc, frame.crc);
         assert_eq!(&again[..], &data[..frame.size_bytes()]);
     }

@@ -65,6 +65,20 @@ pub use recovery::{RecoveryReport, Salvage, TornTail, VerifyReport};
 pub use segment::SegmentFile;
 pub use writer::WriterStats;
 
+/// Of the bytes of a last (active) segment, those allocated ahead of its
+/// frames and not written yet: the zeros an open (or killed) writer holds
+/// for its next appends; 0 for a segment that ends at its last frame, and
+/// for one that does not scan (damage is `verify`'s to report).
+pub fn unused_tail_bytes(segment: &[u8]) -> u64 {
+    match recovery::scan_segment(segment, true) {
+        Ok(scan) => match scan.end {
+            recovery::ScanEnd::Unused { offset } => (segment.len() as u64).saturating_sub(offset),
+            _ => 0,
+        },
+        Err(_) => 0,
+    }
+}
+
 /// The segment files of the store at `dir`, in LSN order (read without the
 /// writer's lock).
 pub fn segment_files(dir: impl AsRef<Path>) -> Result<Vec<SegmentFile>> {

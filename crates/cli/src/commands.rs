@@ -229,16 +229,7 @@ pub fn compact(dir: &Path, delete_covered: bool) -> Result<(), Failure> {
 fn unused_tail_bytes(path: &Path) -> Result<u64, Failure> {
     let bytes = std::fs::read(path)
         .map_err(|error| Failure(format!("read {}: {error}", path.display())))?;
-    Ok(match convlog::log::recovery::scan_segment(&bytes, true) {
-        Ok(scan) => match scan.end {
-            convlog::log::recovery::ScanEnd::Unused { offset } => {
-                (bytes.len() as u64).saturating_sub(offset)
-            }
-            _ => 0,
-        },
-        // Damage is verify's to report; stats counts the file as it is.
-        Err(_) => 0,
-    })
+    Ok(convlog::log::unused_tail_bytes(&bytes))
 }
 
 /// `convlog stats STORE`.

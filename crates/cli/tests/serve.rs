@@ -5,23 +5,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use common::serving::{get, request, serve, token_hash};
 use common::{path_arg, run_convlog};
 use serde_json::{json, Value};
-
-const TOKEN: &str = "alice-token";
-/// sha256("alice-token").
-fn token_hash() -> String {
-    convlog_server::config::hash_token(TOKEN)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
-}
 
 fn write_config(dir: &Path) -> PathBuf {
     let path = dir.join("server.toml");
@@ -46,80 +37,8 @@ token_sha256 = "{}"
     path
 }
 
-struct Serving {
-    child: Child,
-    url: String,
-}
-
-/// Starts `convlog serve` on a free loopback port and waits for its
-/// `listening on` line.
-fn serve(store: &Path, config: &Path) -> Serving {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_convlog"))
-        .args([
-            "serve",
-            path_arg(store),
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-        ])
-        .arg(config)
-        .env_remove("CONVLOG_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start convlog serve");
-    let mut lines = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    lines.read_line(&mut line).unwrap();
-    let address = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("expected `listening on ADDR`, got {line:?}"))
-        .to_string();
-    // Keep draining its standard error so that it never blocks on it.
-    std::thread::spawn(move || for _ in lines.lines() {});
-    Serving {
-        child,
-        url: format!("http://{address}"),
-    }
-}
-
-/// One HTTP/1.1 request over a new connection (`Connection: close`), with
-/// the token; the status and the JSON body.
-fn request(method: &str, url: &str, body: Option<Value>) -> std::io::Result<(u16, Value)> {
-    use std::io::{Read, Write};
-    let rest = url.strip_prefix("http://").expect("an http URL");
-    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let mut stream = std::net::TcpStream::connect(host)?;
-    let body = body.map(|body| body.to_string()).unwrap_or_default();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
-    let status = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("no status line in {answer:?}")))?;
-    let json = answer
-        .split_once("\r\n\r\n")
-        .and_then(|(_, body)| serde_json::from_str(body).ok())
-        .ok_or_else(|| std::io::Error::other(format!("no JSON body in {answer:?}")))?;
-    Ok((status, json))
-}
-
 fn post(url: &str, body: Value) -> std::io::Result<(u16, Value)> {
     request("POST", url, Some(body))
-}
-
-fn get(url: &str) -> Value {
-    let (status, body) = request("GET", url, None).unwrap();
-    assert_eq!(status, 200, "{body}");
-    body
 }
 
 fn signal(child: &Child, name: &str) {

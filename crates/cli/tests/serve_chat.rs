@@ -14,15 +14,14 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::path_arg;
+use common::serving::{get, request, serve, token_hash};
 use serde_json::{json, Value};
 
-const TOKEN: &str = "alice-token";
 /// Contexts whose `/chat` waits in the tool when the server is killed.
 const CHATS: usize = 2;
 /// Clients appending events at once (each to a context of its own).
@@ -120,10 +119,7 @@ fn answer(mut stream: std::net::TcpStream, release: &Path) -> std::io::Result<()
 
 fn write_config(dir: &Path, upstream: &str) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mcp/server.py");
-    let hash: String = convlog_server::config::hash_token(TOKEN)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
+    let hash = token_hash();
     let path = dir.join("server.toml");
     std::fs::write(
         &path,
@@ -150,77 +146,8 @@ token_sha256 = "{hash}"
     path
 }
 
-struct Serving {
-    child: Child,
-    url: String,
-}
-
-/// Starts `convlog serve` on a free loopback port and waits for its
-/// `listening on` line.
-fn serve(store: &Path, config: &Path) -> Serving {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_convlog"))
-        .args([
-            "serve",
-            path_arg(store),
-            "--listen",
-            "127.0.0.1:0",
-            "--config",
-        ])
-        .arg(config)
-        .env_remove("CONVLOG_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start convlog serve");
-    let mut lines = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    lines.read_line(&mut line).unwrap();
-    let address = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("expected `listening on ADDR`, got {line:?}"))
-        .to_string();
-    std::thread::spawn(move || for _ in lines.lines() {});
-    Serving {
-        child,
-        url: format!("http://{address}"),
-    }
-}
-
-/// One HTTP/1.1 request over a new connection, with the token.
-fn request(method: &str, url: &str, body: Option<Value>) -> std::io::Result<(u16, Value)> {
-    let rest = url.strip_prefix("http://").expect("an http URL");
-    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let mut stream = std::net::TcpStream::connect(host)?;
-    let body = body.map(|body| body.to_string()).unwrap_or_default();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer)?;
-    let status = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("no status line in {answer:?}")))?;
-    let json = answer
-        .split_once("\r\n\r\n")
-        .and_then(|(_, body)| serde_json::from_str(body).ok())
-        .ok_or_else(|| std::io::Error::other(format!("no JSON body in {answer:?}")))?;
-    Ok((status, json))
-}
-
 fn post(url: &str, body: Value) -> (u16, Value) {
     request("POST", url, Some(body)).unwrap()
-}
-
-fn get(url: &str) -> Value {
-    let (status, body) = request("GET", url, None).unwrap();
-    assert_eq!(status, 200, "{body}");
-    body
 }
 
 /// Waits (bounded) until `check` holds.

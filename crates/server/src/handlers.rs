@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::api::*;
 use crate::error::ApiError;
-use crate::meta::{context_meta_event, ContextMeta, ServerMetaReducer};
+use crate::meta::{self, context_meta_event, ContextMeta, ServerMetaReducer};
 use crate::{AppState, CONTEXT_ID_CHARS_MAX, MESSAGES_PER_REQUEST_MAX, USER_DEFINED_BYTES_MAX};
 
 /// The authenticated caller (`Authorization: Bearer TOKEN`).
@@ -276,7 +276,9 @@ impl AppState {
             })
             .await?;
         }
+        self.mark_generation(&context_id, true).await?;
         let mut stopping = self.stopping.subscribe();
+        let state = Arc::clone(self);
         let task = tokio::spawn(async move {
             let events = parking_lot::Mutex::new(Vec::new());
             let observer = |event: &RunEvent| {
@@ -305,6 +307,11 @@ impl AppState {
                     ))
                 }
             };
+            // Whatever the runner returned, the generation is over: only a
+            // kill or a shutdown (above) leaves it open for resume_on_start.
+            state
+                .mark_generation(claim.conversation_id(), false)
+                .await?;
             let outcome = generated.map_err(|error| run_error(claim.conversation_id(), error))?;
             Ok(ChatResponse {
                 response: outcome.output().unwrap_or_default().to_string(),
@@ -326,6 +333,22 @@ impl AppState {
                 "the generation's task failed",
             )
         })?
+    }
+
+    /// Records that a recorded generation of `context_id` opens (`open`)
+    /// or is over ([`meta::GENERATION`]).
+    async fn mark_generation(
+        self: &Arc<Self>,
+        context_id: &str,
+        open: bool,
+    ) -> Result<(), ApiError> {
+        let state = Arc::clone(self);
+        let event = meta::generation_event(context_id, open);
+        blocking(move || {
+            state.store.append(&[event])?;
+            Ok(())
+        })
+        .await
     }
 
     /// 409 when the context's latest evaluation has unfinished tool calls:
@@ -355,8 +378,10 @@ impl AppState {
 
     /// `resume_on_start`: carries on, one after another, the latest
     /// evaluation of every context whose agent is configured and which a
-    /// stop or crash interrupted in a tool call (a call whose `running`
-    /// status is recorded, with no result). Stops at shutdown.
+    /// stop or crash interrupted: in a tool call (a call whose `running`
+    /// status is recorded, with no result), or anywhere else in a recorded
+    /// generation (one opened and never closed, [`meta::GENERATION`]: e.g.
+    /// while it waited for the model). Stops at shutdown.
     pub(crate) async fn resume_interrupted(self: Arc<Self>) {
         let found = blocking({
             let state = Arc::clone(&self);
@@ -371,7 +396,7 @@ impl AppState {
             }
         };
         let mut stopping = self.stopping.subscribe();
-        for (context_id, runner) in interrupted {
+        for (context_id, runner, finished) in interrupted {
             let claim = match runner.claim(&context_id) {
                 Ok(claim) => claim,
                 Err(error) => {
@@ -379,20 +404,37 @@ impl AppState {
                     continue;
                 }
             };
-            tokio::select! {
-                outcome = runner.generate(&claim, &[], None) => match outcome {
-                    Ok(outcome) => tracing::info!(context_id, stop = ?outcome.stop, entries = outcome.entries.len(), "resume on start: carried on"),
-                    Err(error) => tracing::warn!(context_id, %error, "resume on start: failed"),
-                },
+            if finished {
+                // Killed after its answer was recorded, before it was
+                // marked over: nothing to carry on (generating again would
+                // answer twice).
+                if let Err(error) = self.mark_generation(&context_id, false).await {
+                    tracing::warn!(context_id, error = %error.message, "resume on start: cannot close the generation");
+                }
+                continue;
+            }
+            let outcome = tokio::select! {
+                outcome = runner.generate(&claim, &[], None) => outcome,
                 _ = stopping.wait_for(|stopping| *stopping) => return,
+            };
+            match &outcome {
+                Ok(outcome) => {
+                    tracing::info!(context_id, stop = ?outcome.stop, entries = outcome.entries.len(), "resume on start: carried on")
+                }
+                Err(error) => tracing::warn!(context_id, %error, "resume on start: failed"),
+            }
+            if let Err(error) = self.mark_generation(&context_id, false).await {
+                tracing::warn!(context_id, error = %error.message, "resume on start: cannot close the generation");
             }
         }
     }
 
     /// The contexts [`AppState::resume_interrupted`] carries on, with
-    /// their runners.
-    fn interrupted(&self) -> Result<Vec<(String, Arc<Runner>)>, ApiError> {
+    /// their runners and whether their latest evaluation has ended
+    /// already (a generation left open after its answer was recorded).
+    fn interrupted(&self) -> Result<Vec<(String, Arc<Runner>, bool)>, ApiError> {
         let registry = self.control.registry()?;
+        let open = self.store.slice::<meta::GenerationsReducer>()?;
         let mut found = Vec::new();
         for info in registry.contexts() {
             let Ok(runner) = self.runner(&info.context_id) else {
@@ -407,12 +449,12 @@ impl AppState {
                 continue;
             };
             let state = convlog::resume::EvaluationState::of(&slice, latest);
-            if state
+            let in_a_call = state
                 .unfinished
                 .iter()
-                .any(|(_, call)| call.status == ToolStatus::Running)
-            {
-                found.push((info.context_id.clone(), runner));
+                .any(|(_, call)| call.status == ToolStatus::Running);
+            if in_a_call || open.contains(&info.context_id) {
+                found.push((info.context_id.clone(), runner, state.finished));
             }
         }
         Ok(found)

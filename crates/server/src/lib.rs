@@ -157,6 +157,7 @@ impl Server {
                 .options(StoreOptions::default().encryption(key))
                 .reducer(ContextsReducer)
                 .reducer(meta::ServerMetaReducer)
+                .reducer(meta::GenerationsReducer)
                 .open()
         })
         .await

@@ -100,3 +100,119 @@ impl Reducer for ServerMetaReducer {
         }
     }
 }
+
+/// Kind of the event that opens or closes a recorded generation of a
+/// context: `{"open": true}` once its request's message is saved and the
+/// runner starts, `{"open": false}` when the runner returns (an answer,
+/// pending calls, the step limit or an error). A server killed or stopped
+/// in between leaves the generation open, which is how `resume_on_start`
+/// finds a generation interrupted while it waited for the model: the
+/// conversation alone cannot tell it from one a client left unanswered.
+pub const GENERATION: &str = "convlog.server.generation";
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GenerationPayload {
+    open: bool,
+}
+
+/// The event opening (`open`) or closing a recorded generation of
+/// `context_id`.
+pub fn generation_event(context_id: &str, open: bool) -> Event {
+    Event::Custom(CustomEvent {
+        kind: GENERATION.to_string(),
+        conversation_id: Some(context_id.to_string()),
+        payload: serde_json::to_vec(&GenerationPayload { open })
+            .expect("a plain struct serializes to JSON"),
+    })
+}
+
+/// The contexts with a recorded generation open (see [`GENERATION`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct OpenGenerations {
+    contexts: Arc<std::collections::BTreeSet<String>>,
+}
+
+impl OpenGenerations {
+    /// The contexts whose latest recorded generation never closed, by id.
+    pub fn contexts(&self) -> impl Iterator<Item = &str> {
+        self.contexts.iter().map(String::as_str)
+    }
+
+    /// Whether `context_id` has one.
+    pub fn contains(&self, context_id: &str) -> bool {
+        self.contexts.contains(context_id)
+    }
+}
+
+/// Folds [`GENERATION`] events into [`OpenGenerations`] (the latest event
+/// of a context decides; undecodable ones are skipped).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GenerationsReducer;
+
+impl Reducer for GenerationsReducer {
+    type Slice = OpenGenerations;
+
+    fn name(&self) -> &str {
+        "convlog.server.generations/v1"
+    }
+
+    fn apply(&self, slice: &mut OpenGenerations, event: &Event, _lsn: Lsn) {
+        let Event::Custom(custom) = event else {
+            return;
+        };
+        if custom.kind != GENERATION {
+            return;
+        }
+        let Some(context_id) = custom.conversation_id.as_deref() else {
+            return;
+        };
+        let Ok(payload) = serde_json::from_slice::<GenerationPayload>(&custom.payload) else {
+            return;
+        };
+        if payload.open != slice.contexts.contains(context_id) {
+            let contexts = Arc::make_mut(&mut slice.contexts);
+            if payload.open {
+                contexts.insert(context_id.to_string());
+            } else {
+                contexts.remove(context_id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_latest_generation_event_of_a_context_decides() {
+        let reducer = GenerationsReducer;
+        let mut open = OpenGenerations::default();
+        reducer.apply(&mut open, &generation_event("a", true), 1);
+        reducer.apply(&mut open, &generation_event("b", true), 2);
+        reducer.apply(&mut open, &generation_event("a", false), 3);
+        assert_eq!(open.contexts().collect::<Vec<_>>(), ["b"]);
+        reducer.apply(&mut open, &generation_event("a", true), 4);
+        assert!(open.contains("a") && open.contains("b"));
+        // Another kind, or a payload this version cannot read, changes nothing.
+        let mut other = generation_event("b", false);
+        if let Event::Custom(custom) = &mut other {
+            custom.payload = br#"{"open": false, "extra": 1}"#.to_vec();
+        }
+        reducer.apply(&mut open, &other, 5);
+        reducer.apply(
+            &mut open,
+            &context_meta_event(
+                "b",
+                &ContextMeta {
+                    agent_id: "x".into(),
+                    user_defined: "{}".into(),
+                    created_at: 0,
+                },
+            ),
+            6,
+        );
+        assert!(open.contains("b"));
+    }
+}

@@ -309,6 +309,102 @@ async fn shutdown_stops_a_saved_run_where_it_stands_and_the_next_invoke_carries_
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_on_start_carries_on_a_run_stopped_at_the_model_and_leaves_unanswered_contexts_alone(
+) {
+    let mut server = TestServer::start(false).await;
+    for id in ["ctx_1", "ctx_2", "ctx_3"] {
+        server.create(id).await;
+    }
+    // ctx_3: a generation that ended normally.
+    server.upstream.push([text("three")]);
+    let (status, body) = server
+        .post(
+            "/chat",
+            ALICE,
+            json!({"context_id": "ctx_3", "message": "hi"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // ctx_2: a message a client left unanswered on purpose (no generation).
+    let (status, body) = server
+        .post(
+            "/context/add-messages",
+            ALICE,
+            json!({"context_id": "ctx_2", "messages": [{"sender": "human", "message": "later"}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // ctx_1: a run stopped while the upstream model has its request.
+    // Two replies and two permits: the stopped request's handler may still
+    // take one of each when the gate opens.
+    server.upstream.push([text("finished"), text("finished")]);
+    let gate = server.upstream.hold();
+    let url = format!("{}/chat", server.url);
+    let http = server.http.clone();
+    let chat = tokio::spawn(async move {
+        http.post(url)
+            .bearer_auth(ALICE)
+            .json(&json!({"context_id": "ctx_1", "message": "hello"}))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    });
+    // (Not `received`: ctx_3's request left it notified.)
+    let upstream = server.upstream.clone();
+    wait_until("ctx_1's request at the upstream", || {
+        let count = upstream.requests().len();
+        async move { count == 2 }
+    })
+    .await;
+    server.request_stop();
+    assert_eq!(chat.await.unwrap(), 503);
+    let upstream = server.upstream.clone();
+    let dir = server.stopped().await;
+
+    let server =
+        TestServer::start_with(upstream.clone(), dir, false, "resume_on_start = true").await;
+    gate.add_permits(2);
+    wait_until("ctx_1 carried on at start", || async {
+        server.messages("ctx_1").await.as_array().unwrap().len() == 2
+    })
+    .await;
+    assert_eq!(
+        server.messages("ctx_1").await,
+        json!([{"sender": "human", "message": "hello"}, {"sender": "ai", "message": "finished"}])
+    );
+    let dir = server.stop().await;
+    // Only ctx_1 was carried on: the upstream saw one request for it after
+    // the restart, and none for ctx_2 or ctx_3.
+    let last_users: Vec<Value> = upstream
+        .requests()
+        .iter()
+        .map(|request| request["messages"].as_array().unwrap().last().unwrap()["content"].clone())
+        .collect();
+    assert_eq!(last_users, [json!("hi"), json!("hello"), json!("hello")]);
+    // No generation is left open, so a later start carries nothing on.
+    let store = convlog::store::StoreBuilder::new(dir.path().join("store"))
+        .reducer(convlog_server::meta::GenerationsReducer)
+        .open_read_only()
+        .unwrap();
+    let open = store
+        .slice::<convlog_server::meta::GenerationsReducer>()
+        .unwrap();
+    assert_eq!(open.contexts().count(), 0);
+    let server = TestServer::start_with(upstream, dir, false, "resume_on_start = true").await;
+    assert_eq!(
+        server.messages("ctx_2").await,
+        json!([{"sender": "human", "message": "later"}])
+    );
+    assert_eq!(
+        server.messages("ctx_3").await,
+        json!([{"sender": "human", "message": "hi"}, {"sender": "ai", "message": "three"}])
+    );
+    server.stop().await;
+}
+
 /// A release file the `wait_file` tool waits for.
 fn wait_call(id: &str, release: &Path) -> Value {
     let arguments = json!({"path": release.display().to_string()}).to_string();

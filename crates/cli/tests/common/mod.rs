@@ -14,6 +14,8 @@ mod library;
 #[allow(unused_imports)]
 pub use library::*;
 
+pub mod serving;
+
 /// Runs the `convlog` binary with `args` and `stdin` as its standard input.
 pub fn run_convlog(args: &[&str], stdin: &[u8]) -> std::process::Output {
     use std::io::Write;

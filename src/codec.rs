@@ -315,6 +315,9 @@ pub fn decode_event(payload: &[u8]) -> Result<Event, String> {
 /// a recorded entry decoded into an owned entry (the slice keeps it), and
 /// a status change borrowed from the payload (the fold keeps none of its
 /// texts unless the call is not known yet).
+// Decoded and moved into the slice at once, never stored: boxing the
+// entry would cost an allocation per event for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq)]
 pub(crate) enum FoldEvent<'a> {
     /// A `conversation_recorded` event.

@@ -506,6 +506,16 @@ impl ConversationSlice {
         }
         let key = self.key_for(&entry);
         self.index(key, &entry);
+        // Only a new call can pick up statuses that arrived before it.
+        let calls: Vec<String> = if self.waiting.is_empty() {
+            Vec::new()
+        } else {
+            entry
+                .tool_calls
+                .iter()
+                .map(|call| call.call_id.clone())
+                .collect()
+        };
         // A result completes (or fails) the call it answers; only a failed
         // one carries its content on as the call's error. The entry is not
         // stored yet, and cannot be the one found: a call is found only in
@@ -531,16 +541,6 @@ impl ConversationSlice {
                 self.keep_unknown(lsn, change);
             }
         }
-        // Only a new call can pick up statuses that arrived before it.
-        let calls: Vec<String> = if self.waiting.is_empty() {
-            Vec::new()
-        } else {
-            entry
-                .tool_calls
-                .iter()
-                .map(|call| call.call_id.clone())
-                .collect()
-        };
         let evaluation_id = if calls.is_empty() {
             String::new()
         } else {

@@ -311,6 +311,94 @@ pub fn decode_event(payload: &[u8]) -> Result<Event, String> {
     .map_err(|reason| format!("cannot decode event: {reason}"))
 }
 
+/// An event as the conversation fold takes it ([`decode_fold_event`]):
+/// a recorded entry decoded into an owned entry (the slice keeps it), and
+/// a status change borrowed from the payload (the fold keeps none of its
+/// texts unless the call is not known yet).
+// Decoded and moved into the slice at once, never stored: boxing the
+// entry would cost an allocation per event for nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, PartialEq)]
+pub(crate) enum FoldEvent<'a> {
+    /// A `conversation_recorded` event.
+    Recorded {
+        conversation_id: &'a str,
+        entry: crate::model::ConversationEntry,
+    },
+    /// A `tool_status` event.
+    Status(ToolStatusRef<'a>),
+}
+
+/// [`ToolStatusChanged`] borrowed from its payload: the same fields in the
+/// same order (the body's layout, docs/format.md section 12).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub(crate) struct ToolStatusRef<'a> {
+    pub(crate) conversation_id: &'a str,
+    pub(crate) evaluation_id: &'a str,
+    pub(crate) call_id: &'a str,
+    pub(crate) status: crate::model::ToolStatus,
+    pub(crate) at: crate::model::Timestamp,
+    #[serde(borrow)]
+    pub(crate) error: Option<&'a str>,
+    pub(crate) resumed: bool,
+}
+
+impl ToolStatusRef<'_> {
+    /// The owned status change.
+    pub(crate) fn to_owned_change(self) -> ToolStatusChanged {
+        ToolStatusChanged {
+            conversation_id: self.conversation_id.to_string(),
+            evaluation_id: self.evaluation_id.to_string(),
+            call_id: self.call_id.to_string(),
+            status: self.status,
+            at: self.at,
+            error: self.error.map(str::to_string),
+            resumed: self.resumed,
+        }
+    }
+}
+
+/// [`crate::model::ConversationRecorded`] with the texts the fold drops
+/// (conversation and session id) borrowed: the same fields in the same
+/// order (docs/format.md section 12).
+#[derive(Deserialize)]
+struct RecordedRef<'a> {
+    conversation_id: &'a str,
+    #[serde(borrow)]
+    #[allow(dead_code)]
+    session_id: Option<&'a str>,
+    #[allow(dead_code)]
+    created_at: crate::model::Timestamp,
+    entry: crate::model::ConversationEntry,
+}
+
+/// Decodes a `conversation_recorded` or `tool_status` payload for the
+/// conversation fold without copying the texts the fold drops; `None` for
+/// any other payload, or one that does not decode (decode it with
+/// [`decode_event`], which says why). Whenever this gives an event,
+/// [`decode_event`] gives the same one, owned
+/// (`tests::the_fold_decode_is_decode_event`).
+pub(crate) fn decode_fold_event(payload: &[u8]) -> Option<FoldEvent<'_>> {
+    fn whole<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Option<T> {
+        match bincode::serde::borrow_decode_from_slice(body, decode_config()) {
+            Ok((value, read)) if read == body.len() => Some(value),
+            _ => None,
+        }
+    }
+    match payload {
+        [version, KIND_CONVERSATION_RECORDED, body @ ..] if is_known_version(*version) => {
+            whole::<RecordedRef>(body).map(|recorded| FoldEvent::Recorded {
+                conversation_id: recorded.conversation_id,
+                entry: recorded.entry,
+            })
+        }
+        [version, KIND_TOOL_STATUS, body @ ..] if is_known_version(*version) => {
+            whole::<ToolStatusRef>(body).map(FoldEvent::Status)
+        }
+        _ => None,
+    }
+}
+
 /// Whether a log payload holds a `tool_status` event, by its version and
 /// kind bytes alone (the body is not checked): a reader that needs only
 /// status changes decodes nothing else.
@@ -1144,6 +1232,88 @@ mod tests {
             !is_tool_status(&[9, KIND_TOOL_STATUS]),
             "another codec version"
         );
+    }
+
+    /// What [`decode_fold_event`] gives, as the owned event
+    /// [`decode_event`] gives (the dropped `session_id` and `created_at`
+    /// taken from `owned`, which must then be the same event).
+    fn fold_event_as_owned(folded: FoldEvent<'_>, owned: &Event) -> Event {
+        match (folded, owned) {
+            (
+                FoldEvent::Recorded {
+                    conversation_id,
+                    entry,
+                },
+                Event::ConversationRecorded(recorded),
+            ) => Event::ConversationRecorded(Box::new(ConversationRecorded {
+                conversation_id: conversation_id.to_string(),
+                session_id: recorded.session_id.clone(),
+                created_at: recorded.created_at,
+                entry,
+            })),
+            (FoldEvent::Status(change), _) => Event::ToolStatus(change.to_owned_change()),
+            (folded, owned) => panic!("{folded:?} decoded from a payload of {owned:?}"),
+        }
+    }
+
+    /// Checks [`decode_fold_event`] against [`decode_event`] on `payload`:
+    /// an event exactly when `decode_event` decodes a recorded entry or a
+    /// status change, and then the same one.
+    fn check_fold_decode(payload: &[u8]) {
+        let owned = decode_event(payload);
+        let folded = decode_fold_event(payload);
+        match (&owned, folded) {
+            (Ok(event @ (Event::ConversationRecorded(_) | Event::ToolStatus(_))), Some(folded)) => {
+                assert_eq!(&fold_event_as_owned(folded, event), event, "{payload:?}");
+            }
+            (Ok(Event::ConversationRecorded(_) | Event::ToolStatus(_)), None) => {
+                panic!("the fold decode refused {payload:?}, decode_event read {owned:?}")
+            }
+            (_, Some(folded)) => {
+                panic!("the fold decode read {folded:?} from {payload:?}: {owned:?}")
+            }
+            (_, None) => {}
+        }
+    }
+
+    #[test]
+    fn the_fold_decode_is_decode_event() {
+        let mut events = sample_events();
+        let mut with_session = full_entry();
+        with_session.content = Some("naïve ✓".into());
+        events.push(Event::ConversationRecorded(Box::new(
+            ConversationRecorded {
+                conversation_id: "ctx_9".into(),
+                session_id: Some("sess-1".into()),
+                created_at: Timestamp(-4),
+                entry: with_session,
+            },
+        )));
+        events.push(status_change("call_2", ToolStatus::Running));
+        for event in &events {
+            let bytes = encode_event(event);
+            for version in [1, 2] {
+                let mut other = bytes.clone();
+                other[0] = version;
+                check_fold_decode(&other);
+            }
+            // Every prefix, one byte more, every byte altered.
+            for cut in 0..bytes.len() {
+                check_fold_decode(&bytes[..cut]);
+            }
+            let mut extra = bytes.clone();
+            extra.push(0);
+            check_fold_decode(&extra);
+            for at in 0..bytes.len() {
+                for value in [0u8, 1, 0x7F, 0x80, 0xFB, 0xFF] {
+                    let mut altered = bytes.clone();
+                    altered[at] = value;
+                    check_fold_decode(&altered);
+                }
+            }
+        }
+        check_fold_decode(&[]);
+        check_fold_decode(&[9, KIND_TOOL_STATUS]);
     }
 
     #[test]

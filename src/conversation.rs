@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use uuid::Uuid;
 
+use crate::codec::FoldEvent;
 use crate::log::Lsn;
 use crate::model::{
     ConversationEntry, Event, HistoryCurated, Role, ToolCall, ToolStatus, ToolStatusChanged,
@@ -373,6 +374,36 @@ impl ConversationSlice {
         }
     }
 
+    /// [`ConversationSlice::apply_owned`] of an event decoded for the fold
+    /// ([`crate::codec::decode_fold_event`]): the same slice, without
+    /// copying the texts of a status change the fold does not keep.
+    pub(crate) fn apply_decoded(&mut self, event: FoldEvent<'_>, lsn: Lsn) {
+        match event {
+            FoldEvent::Recorded {
+                conversation_id,
+                entry,
+            } if conversation_id == self.conversation_id => {
+                self.record(entry, lsn);
+                self.last_lsn = lsn;
+            }
+            FoldEvent::Recorded { .. } => {}
+            FoldEvent::Status(change) if change.conversation_id == self.conversation_id => {
+                let status = StatusChange {
+                    evaluation_id: change.evaluation_id,
+                    call_id: change.call_id,
+                    status: change.status,
+                    at: change.at,
+                    error: change.error,
+                };
+                if !self.apply_status(&status, lsn) {
+                    self.keep_unknown(lsn, change.to_owned_change());
+                }
+                self.last_lsn = lsn;
+            }
+            FoldEvent::Status(_) => {}
+        }
+    }
+
     fn apply_other(&mut self, event: &Event, lsn: Lsn) {
         if event.conversation_id() != Some(self.conversation_id.as_str()) {
             return;
@@ -380,7 +411,7 @@ impl ConversationSlice {
         match event {
             Event::ConversationRecorded(recorded) => self.record(recorded.entry.clone(), lsn),
             Event::ToolStatus(change) => {
-                if !self.apply_status(change, lsn) {
+                if !self.apply_status(&StatusChange::of(change), lsn) {
                     self.keep_unknown(lsn, change.clone());
                 }
             }
@@ -449,8 +480,12 @@ impl ConversationSlice {
             }
         }
         if let (Role::Tool, Some(call_id)) = (entry.role, &entry.tool_call_id) {
-            let first = self.results.entry(call_id.clone()).or_insert(key);
-            *first = (*first).min(key);
+            match self.results.get_mut(call_id) {
+                Some(first) => *first = (*first).min(key),
+                None => {
+                    self.results.insert(call_id.clone(), key);
+                }
+            }
         }
     }
 
@@ -471,9 +506,6 @@ impl ConversationSlice {
         }
         let key = self.key_for(&entry);
         self.index(key, &entry);
-        let answers = (entry.role == Role::Tool)
-            .then(|| entry.tool_call_id.clone())
-            .flatten();
         // Only a new call can pick up statuses that arrived before it.
         let calls: Vec<String> = if self.waiting.is_empty() {
             Vec::new()
@@ -484,42 +516,38 @@ impl ConversationSlice {
                 .map(|call| call.call_id.clone())
                 .collect()
         };
-        // Only a failed result carries its content on as the call's error.
-        let result_status = answers.is_some().then(|| {
-            let error = if entry.is_error {
-                entry.content.clone()
-            } else {
-                None
-            };
-            (entry.is_error, entry.created_at, error)
-        });
-        let evaluation_id = if answers.is_some() || !calls.is_empty() {
-            entry.evaluation_id.clone()
-        } else {
-            String::new()
-        };
-        self.entries.insert(key, RecordedEntry { lsn, entry });
-
-        // A result completes (or fails) the call it answers.
-        if let (Some(call_id), Some(result_status)) = (answers, result_status) {
-            let (is_error, at, error) = result_status;
-            let change = ToolStatusChanged {
-                conversation_id: self.conversation_id.clone(),
-                evaluation_id: evaluation_id.clone(),
+        // A result completes (or fails) the call it answers; only a failed
+        // one carries its content on as the call's error. The entry is not
+        // stored yet, and cannot be the one found: a call is found only in
+        // an assistant entry.
+        if let (Role::Tool, Some(call_id)) = (entry.role, entry.tool_call_id.as_deref()) {
+            let change = StatusChange {
+                evaluation_id: &entry.evaluation_id,
                 call_id,
-                status: if is_error {
+                status: if entry.is_error {
                     ToolStatus::Failed
                 } else {
                     ToolStatus::Completed
                 },
-                at,
-                error,
-                resumed: false,
+                at: entry.created_at,
+                error: if entry.is_error {
+                    entry.content.as_deref()
+                } else {
+                    None
+                },
             };
             if !self.apply_status(&change, lsn) {
+                let change = change.to_owned_change(&self.conversation_id);
                 self.keep_unknown(lsn, change);
             }
         }
+        let evaluation_id = if calls.is_empty() {
+            String::new()
+        } else {
+            entry.evaluation_id.clone()
+        };
+        self.entries.insert(key, RecordedEntry { lsn, entry });
+
         // New calls pick up statuses and results that arrived before them,
         // in the order they arrived.
         let mut picked: Vec<u64> = Vec::new();
@@ -534,7 +562,7 @@ impl ConversationSlice {
         picked.sort_unstable();
         for arrival in picked {
             if let Some((status_lsn, change)) = self.unknown_statuses.remove(&arrival) {
-                if !self.apply_status(&change, status_lsn) {
+                if !self.apply_status(&StatusChange::of(&change), status_lsn) {
                     self.keep_unknown(status_lsn, change);
                 }
             }
@@ -542,15 +570,15 @@ impl ConversationSlice {
     }
 
     /// Applies a status change to a known call; false when the call is unknown.
-    fn apply_status(&mut self, change: &ToolStatusChanged, lsn: Lsn) -> bool {
-        let Some(call) = self.find_call_mut(&change.evaluation_id, &change.call_id) else {
+    fn apply_status(&mut self, change: &StatusChange<'_>, lsn: Lsn) -> bool {
+        let Some(call) = self.find_call_mut(change.evaluation_id, change.call_id) else {
             return false;
         };
         let anomaly = advance(call, change);
         if let Some(detail) = anomaly {
             self.anomalies.push(Anomaly {
                 lsn,
-                call_id: change.call_id.clone(),
+                call_id: change.call_id.to_string(),
                 detail,
             });
         }
@@ -817,9 +845,45 @@ impl<'a> CallResults<'a> {
     }
 }
 
+/// What the fold reads of a status change (an event's, or the one a result
+/// entry implies), borrowed.
+#[derive(Debug, Clone, Copy)]
+struct StatusChange<'a> {
+    evaluation_id: &'a str,
+    call_id: &'a str,
+    status: ToolStatus,
+    at: crate::model::Timestamp,
+    error: Option<&'a str>,
+}
+
+impl<'a> StatusChange<'a> {
+    fn of(change: &'a ToolStatusChanged) -> StatusChange<'a> {
+        StatusChange {
+            evaluation_id: &change.evaluation_id,
+            call_id: &change.call_id,
+            status: change.status,
+            at: change.at,
+            error: change.error.as_deref(),
+        }
+    }
+
+    /// The status change event of `conversation_id` it reads (not resumed).
+    fn to_owned_change(self, conversation_id: &str) -> ToolStatusChanged {
+        ToolStatusChanged {
+            conversation_id: conversation_id.to_string(),
+            evaluation_id: self.evaluation_id.to_string(),
+            call_id: self.call_id.to_string(),
+            status: self.status,
+            at: self.at,
+            error: self.error.map(str::to_string),
+            resumed: false,
+        }
+    }
+}
+
 /// Moves a call's status forward; returns a note when a conflicting final
 /// status was refused.
-fn advance(call: &mut ToolCall, change: &ToolStatusChanged) -> Option<String> {
+fn advance(call: &mut ToolCall, change: &StatusChange<'_>) -> Option<String> {
     if change.status == call.status {
         return None;
     }
@@ -839,7 +903,7 @@ fn advance(call: &mut ToolCall, change: &ToolStatusChanged) -> Option<String> {
     }
     if change.status.is_finished() {
         call.ended_at = Some(change.at);
-        call.error = change.error.clone();
+        call.error = change.error.map(str::to_string);
     }
     None
 }
@@ -1226,6 +1290,61 @@ mod tests {
             );
         }
         assert!(!by_value.is_empty());
+    }
+
+    /// Folding events decoded for the fold (a status change borrowed from
+    /// its payload; a result's implied status without copies) gives the
+    /// slice folding the decoded events does, for every kind of event:
+    /// statuses before their calls, failed results, a conflicting final
+    /// status (an anomaly), other conversations' events, a replacement.
+    #[test]
+    fn apply_decoded_folds_as_apply_does() {
+        let mut events = results_before_calls(3);
+        events.extend(descending_sequences(3));
+        events.push(status("late", ToolStatus::Running));
+        let mut failed =
+            ToolStatusChanged::new("c", "e1", "late", ToolStatus::Failed, Timestamp(9));
+        failed.error = Some("tool broke".into());
+        events.push(Event::ToolStatus(failed));
+        events.push(assistant_with_calls("e1", 40, &["late"]).recorded_in("c"));
+        events.push(entry("e9", 0, Role::User).recorded_in("other"));
+        events.push(
+            ToolStatusChanged::new("other", "e1", "late", ToolStatus::Completed, Timestamp(1))
+                .into(),
+        );
+        events.push(result("e1", 41, "late", true).recorded_in("c"));
+        events.push(status("late", ToolStatus::Completed));
+        events.push(assistant_with_calls("e2", 1, &["x"]).recorded_in("c"));
+        events.push(result("e2", 2, "x", true).recorded_in("c"));
+        events.push(entry("e1", 42, Role::Assistant).recorded_in("c"));
+        events.push(Event::MessagesReplaced(crate::model::MessagesReplaced {
+            conversation_id: "c".into(),
+            entries: vec![entry("e5", 0, Role::System), entry("e5", 1, Role::User)],
+            at: Timestamp::now(),
+        }));
+        let (mut by_reference, mut decoded) =
+            (ConversationSlice::new("c"), ConversationSlice::new("c"));
+        let mut borrowed = 0;
+        for (event, lsn) in events.iter().cycle().take(3 * events.len()).zip(1..) {
+            by_reference.apply(event, lsn);
+            let payload = crate::codec::encode_event(event);
+            match crate::codec::decode_fold_event(&payload) {
+                Some(folded) => {
+                    borrowed += 1;
+                    decoded.apply_decoded(folded, lsn);
+                }
+                None => decoded.apply_owned(crate::codec::decode_event(&payload).unwrap(), lsn),
+            }
+            assert_eq!(decoded, by_reference, "after LSN {lsn}");
+            assert_eq!(
+                serde_json::to_string(&decoded).unwrap(),
+                serde_json::to_string(&by_reference).unwrap(),
+                "after LSN {lsn}"
+            );
+        }
+        assert!(borrowed > 2 * events.len(), "{borrowed}");
+        assert!(!decoded.anomalies().is_empty());
+        assert!(!decoded.is_empty());
     }
 
     #[test]

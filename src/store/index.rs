@@ -329,6 +329,16 @@ impl StoreCore {
                 if codec::peek_conversation_id(payload).is_some_and(|id| id != conversation_id) {
                     return Ok(());
                 }
+                // A plain conversation's entries and status changes are
+                // folded without copying the texts the fold drops; anything
+                // else (and every event of a sealed conversation) is
+                // decoded whole and opened.
+                if key.is_none() {
+                    if let Some(event) = codec::decode_fold_event(payload) {
+                        slice.apply_decoded(event, lsn);
+                        return Ok(());
+                    }
+                }
                 let event = codec::decode_event_at(lsn, payload)?;
                 slice.apply_owned(self.open_event(key, conversation_id, lsn, event)?, lsn);
                 Ok(())

@@ -320,6 +320,7 @@ impl StoreCore {
             .filter(|_| self.log.taken_back_from().is_none())
         {
             let locators: Vec<Position> = positions.iter().map(|(_, position)| *position).collect();
+            let mut scratch = crate::erasure::OpenScratch::default();
             let mut fold = |_: Position, lsn: Lsn, payload: &[u8]| -> Result<()> {
                 if lsn < base_lsn || lsn >= limit {
                     return Ok(());
@@ -328,6 +329,15 @@ impl StoreCore {
                 // without decoding.
                 if codec::peek_conversation_id(payload).is_some_and(|id| id != conversation_id) {
                     return Ok(());
+                }
+                // Encrypted: a sealed event is opened in place.
+                if let Some(key) = key {
+                    if let Some(event) =
+                        key.open_payload(conversation_id, lsn, payload, &mut scratch)?
+                    {
+                        slice.apply_owned(event, lsn);
+                        return Ok(());
+                    }
                 }
                 let event = codec::decode_event_at(lsn, payload)?;
                 slice.apply_owned(self.open_event(key, conversation_id, lsn, event)?, lsn);

@@ -467,7 +467,10 @@ fn a_missing_key_table_is_named_and_not_replaced_by_an_empty_one() {
         } else {
             Store::open(dir.path(), encrypted())
         };
-        let error = opened.err().expect("refused").to_string();
+        let Err(error) = opened else {
+            panic!("a store without its key table is refused");
+        };
+        let error = error.to_string();
         assert!(error.contains(&table.display().to_string()), "{error}");
         assert!(error.contains("is missing"), "{error}");
         assert!(error.contains("conversation \"ctx\""), "{error}");

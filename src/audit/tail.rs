@@ -239,7 +239,7 @@ fn tail_inner(
                 _ => 0,
             };
             let mut iter = reader.iter();
-            let mut last: VecDeque<(Lsn, Event, bool)> = VecDeque::with_capacity(keep.min(4096));
+            let mut last: VecDeque<(Lsn, Event)> = VecDeque::with_capacity(keep.min(4096));
             for record in iter.by_ref() {
                 let record = record?;
                 tail.next_lsn = record.lsn + 1;
@@ -251,11 +251,12 @@ fn tail_inner(
                     if last.len() == keep {
                         last.pop_front();
                     }
-                    let (event, erased) = tail.unseal(record.lsn, event)?;
-                    last.push_back((record.lsn, event, erased));
+                    last.push_back((record.lsn, event));
                 }
             }
-            for (lsn, event, erased) in last {
+            for (lsn, event) in last {
+                // Opened only when printed (the deque drops most).
+                let (event, erased) = tail.unseal(lsn, event)?;
                 if let Some(stop) = tail.print(lsn, &event, erased)? {
                     return Ok(tail.report(stop));
                 }

@@ -281,6 +281,34 @@ pub fn custom_kind(payload: &[u8]) -> Option<&str> {
     }
 }
 
+/// A `custom` body with its payload bytes borrowed.
+#[derive(Deserialize)]
+struct CustomBorrowed<'a> {
+    kind: &'a str,
+    #[serde(borrow)]
+    conversation_id: Option<&'a str>,
+    #[serde(borrow)]
+    payload: &'a [u8],
+}
+
+/// The conversation id and payload bytes of a `custom` event of `kind`,
+/// borrowed from the encoded event (no copy): the encrypted read path
+/// opens sealed payloads in place. `None` for any other event, or a body
+/// that does not decode.
+pub(crate) fn custom_payload_of<'a>(
+    payload: &'a [u8],
+    kind: &str,
+) -> Option<(Option<&'a str>, &'a [u8])> {
+    match payload {
+        [version, KIND_CUSTOM, body @ ..] if is_known_version(*version) => {
+            decode_head::<CustomBorrowed>(body)
+                .filter(|custom| custom.kind == kind)
+                .map(|custom| (custom.conversation_id, custom.payload))
+        }
+        _ => None,
+    }
+}
+
 /// Decodes a log payload into an event. Never panics on any input.
 pub fn decode_event(payload: &[u8]) -> Result<Event, String> {
     let [version, kind, body @ ..] = payload else {

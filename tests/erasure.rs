@@ -444,3 +444,49 @@ fn host_reducers_fold_the_same_events_live_and_on_replay() {
     let replayed = open(dir.path()).slice::<Contents>().unwrap();
     assert_eq!(replayed, live);
 }
+
+/// A lost key table (`keys` deleted, or a copy of the store without it):
+/// opening with the store key is refused, naming the file and saying what
+/// it held, and leaves no new, empty table behind (which would bury the
+/// loss); a store opened without a key says the table is missing when a
+/// sealed conversation is read. Putting the file back restores reads.
+#[test]
+fn a_missing_key_table_is_named_and_not_replaced_by_an_empty_one() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path(), encrypted()).unwrap();
+        store.append(&secret_turns("ctx")).unwrap();
+    }
+    let table = dir.path().join(KEY_TABLE_FILE);
+    let kept = std::fs::read(&table).unwrap();
+    std::fs::remove_file(&table).unwrap();
+
+    for read_only in [false, true] {
+        let opened = if read_only {
+            Store::open_read_only(dir.path(), encrypted())
+        } else {
+            Store::open(dir.path(), encrypted())
+        };
+        let Err(error) = opened else {
+            panic!("a store without its key table is refused");
+        };
+        let error = error.to_string();
+        assert!(error.contains(&table.display().to_string()), "{error}");
+        assert!(error.contains("is missing"), "{error}");
+        assert!(error.contains("conversation \"ctx\""), "{error}");
+        assert!(!table.exists(), "no new table was made");
+    }
+    let error = Store::open(dir.path(), StoreOptions::default())
+        .unwrap()
+        .conversation("ctx")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(&format!("key table {} is missing", table.display())),
+        "{error}"
+    );
+
+    std::fs::write(&table, kept).unwrap();
+    let store = Store::open(dir.path(), encrypted()).unwrap();
+    assert_eq!(store.conversation("ctx").unwrap().entries().count(), 3);
+}

@@ -56,7 +56,8 @@ pub use format::format_duration_ms;
 pub use html::{write_html, HtmlOptions};
 pub use source::AuditView;
 pub use tail::{
-    event_summary, tail, tail_reader, TailFormat, TailOptions, TailReport, TailStart, TailStop,
+    event_summary, tail, tail_reader, tail_with_key, TailFormat, TailOptions, TailReport,
+    TailStart, TailStop,
 };
 pub use text::{write_overview_text, write_timeline_text, write_timeline_text_with, TextOptions};
 pub use timeline::{

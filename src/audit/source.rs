@@ -17,6 +17,7 @@ use super::timeline::{
 };
 use crate::codec;
 use crate::conversation::ConversationSlice;
+use crate::erasure::StoreKey;
 use crate::error::{Error, Result};
 use crate::log::Lsn;
 use crate::model::MODEL_CALL_FAILED;
@@ -46,6 +47,7 @@ pub struct AuditView {
     next_lsn: Lsn,
     snapshot_lsn: Option<Lsn>,
     conversations: BTreeMap<String, (ConversationSlice, ResumedCalls)>,
+    erased: Vec<String>,
 }
 
 impl AuditView {
@@ -58,18 +60,36 @@ impl AuditView {
     ///
     /// Compaction deleting segments while it reads makes it start again
     /// from the newer snapshot (up to `READ_ATTEMPTS_MAX` reads in all).
+    ///
+    /// An encrypted store (docs/erasure.md) needs its store key:
+    /// [`AuditView::open_with_key`].
     pub fn open(dir: impl AsRef<Path>, only: Option<&str>) -> Result<AuditView> {
+        AuditView::open_with_key(dir, only, None)
+    }
+
+    /// [`AuditView::open`] of an encrypted store with its store key: its
+    /// conversations read opened; erased ones are listed apart
+    /// ([`AuditView::erased`], the overview's `erased`), and asking for
+    /// one (`only`) fails with [`Error::Erased`]. Without a key an
+    /// encrypted store is refused with `Error::Encryption`, which says so
+    /// (`convlog tail` and `convlog dump` show its structure without it).
+    pub fn open_with_key(
+        dir: impl AsRef<Path>,
+        only: Option<&str>,
+        key: Option<&StoreKey>,
+    ) -> Result<AuditView> {
         let mut attempt = 1;
         loop {
-            match AuditView::read(dir.as_ref(), only) {
+            match AuditView::read(dir.as_ref(), only, key) {
                 Err(Error::Compacted { .. }) if attempt < READ_ATTEMPTS_MAX => attempt += 1,
                 result => return result,
             }
         }
     }
 
-    fn read(dir: &Path, only: Option<&str>) -> Result<AuditView> {
-        let store = Store::open_read_only(dir, StoreOptions::default())?;
+    fn read(dir: &Path, only: Option<&str>, key: Option<&StoreKey>) -> Result<AuditView> {
+        let store = Store::open_read_only(dir, StoreOptions::default().encryption(key.cloned()))?;
+        let erased = store.erased_conversations();
         let snapshot_lsn = store.stats().snapshot_lsn;
         let ids = match only {
             Some(id) => vec![id.to_string()],
@@ -87,7 +107,7 @@ impl AuditView {
         // are read up to it too.
         let log = store.log();
         let next_lsn = log.visible_next_lsn();
-        let mut resumed = resumed_calls(&log, only, next_lsn)?;
+        let mut resumed = resumed_calls(&store, &log, only, next_lsn)?;
         let first_lsn = resumed.visible_from;
         let conversations = slices
             .into_iter()
@@ -106,7 +126,13 @@ impl AuditView {
             next_lsn,
             snapshot_lsn,
             conversations,
+            erased,
         })
+    }
+
+    /// The conversations erased (an encrypted store's), sorted.
+    pub fn erased(&self) -> &[String] {
+        &self.erased
     }
 
     /// The store directory.
@@ -162,6 +188,7 @@ impl AuditView {
             self.snapshot_lsn,
             rows,
         )
+        .with_erased(self.erased.clone())
     }
 }
 
@@ -182,26 +209,49 @@ pub(super) struct ResumedScan {
 /// what it was about to read, and `UndecodableEvent` on a payload that is
 /// not an event.
 pub(super) fn resumed_calls(
+    store: &Store,
     log: &LogView<'_>,
     only: Option<&str>,
     end: Lsn,
 ) -> Result<ResumedScan> {
     let visible_from = log.first_lsn();
     let mut calls: BTreeMap<String, ResumedCalls> = BTreeMap::new();
+    let encrypted = store.is_encrypted();
     for record in log.iter_from(visible_from) {
         let record = record?;
         if record.lsn >= end {
             break;
         }
-        if !codec::is_tool_status(&record.payload)
-            && codec::custom_kind(&record.payload) != Some(MODEL_CALL_FAILED)
-        {
-            // Only status changes carry the flag, and the folded slice
-            // keeps no custom event (the store's open decoded what it
-            // replayed).
-            continue;
-        }
-        let event = codec::decode_event_at(record.lsn, &record.payload)?;
+        let kind = codec::custom_kind(&record.payload);
+        let event = if encrypted && kind == Some(crate::erasure::SEALED_KIND) {
+            // An encrypted store's events are sealed: open those of the
+            // conversations asked for (an erased one has none to show).
+            let Some(id) = codec::peek_conversation_id(&record.payload) else {
+                continue;
+            };
+            if only.is_some_and(|only| only != id) || store.is_erased(id) {
+                continue;
+            }
+            let sealed = codec::decode_event_at(record.lsn, &record.payload)?;
+            let event = store.unseal_event(record.lsn, sealed)?;
+            let wanted = match &event {
+                crate::model::Event::ToolStatus(_) => true,
+                crate::model::Event::Custom(custom) => custom.kind == MODEL_CALL_FAILED,
+                _ => false,
+            };
+            if !wanted {
+                continue;
+            }
+            event
+        } else {
+            if !codec::is_tool_status(&record.payload) && kind != Some(MODEL_CALL_FAILED) {
+                // Only status changes carry the flag, and the folded slice
+                // keeps no custom event (the store's open decoded what it
+                // replayed).
+                continue;
+            }
+            codec::decode_event_at(record.lsn, &record.payload)?
+        };
         let Some(id) = event.conversation_id() else {
             continue;
         };

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::format::{clock, first_line, model_failure_facts, one_line};
 use crate::codec;
+use crate::erasure::{StoreKey, Unsealed, Unsealer};
 use crate::error::{Error, Result};
 use crate::json;
 use crate::log::{LogIter, LogReader, Lsn, Record};
@@ -167,6 +168,10 @@ pub struct TailReport {
 /// reaches the end of what is written, so a pipe sees events as they come.
 /// A closed output ends it quietly ([`TailStop::OutputClosed`]); any other
 /// write failure, damage in the log or an undecodable event is an error.
+///
+/// On an encrypted store (docs/erasure.md) sealed events are printed as
+/// stored: their conversation id, LSN and size, "sealed" (their content
+/// needs the store key: [`tail_with_key`]).
 pub fn tail(
     dir: impl AsRef<Path>,
     out: &mut dyn Write,
@@ -177,6 +182,26 @@ pub fn tail(
     tail_reader(&reader, out, options, should_stop)
 }
 
+/// [`tail()`] of an encrypted store with its store key: sealed events are
+/// printed opened, those of erased conversations as stored and marked
+/// erased. Without a key (or on a store in the clear) it is [`tail()`].
+/// Fails with `Error::Encryption` when the key is not the store's.
+pub fn tail_with_key(
+    dir: impl AsRef<Path>,
+    key: Option<&StoreKey>,
+    out: &mut dyn Write,
+    options: &TailOptions,
+    should_stop: &mut dyn FnMut() -> bool,
+) -> Result<TailReport> {
+    let dir = dir.as_ref();
+    let reader = LogReader::open(dir)?;
+    let unsealer = match key {
+        Some(key) if crate::erasure::is_encrypted_store(dir) => Some(Unsealer::open(dir, key)?),
+        _ => None,
+    };
+    tail_inner(&reader, unsealer.as_ref(), out, options, should_stop)
+}
+
 /// [`tail()`] over an open reader: a directory reader, or
 /// [`crate::log::Log::reader`] in the writer's own process.
 pub fn tail_reader(
@@ -185,9 +210,20 @@ pub fn tail_reader(
     options: &TailOptions,
     should_stop: &mut dyn FnMut() -> bool,
 ) -> Result<TailReport> {
+    tail_inner(reader, None, out, options, should_stop)
+}
+
+fn tail_inner(
+    reader: &LogReader,
+    unsealer: Option<&Unsealer>,
+    out: &mut dyn Write,
+    options: &TailOptions,
+    should_stop: &mut dyn FnMut() -> bool,
+) -> Result<TailReport> {
     let mut tail = Tail {
         out,
         options,
+        unsealer,
         printed: 0,
         next_lsn: match options.start {
             TailStart::Lsn(lsn) => lsn,
@@ -219,7 +255,9 @@ pub fn tail_reader(
                 }
             }
             for (lsn, event) in last {
-                if let Some(stop) = tail.print(lsn, &event)? {
+                // Opened only when printed (the deque drops most).
+                let (event, erased) = tail.unseal(lsn, event)?;
+                if let Some(stop) = tail.print(lsn, &event, erased)? {
                     return Ok(tail.report(stop));
                 }
             }
@@ -233,6 +271,7 @@ pub fn tail_reader(
 struct Tail<'a> {
     out: &'a mut dyn Write,
     options: &'a TailOptions,
+    unsealer: Option<&'a Unsealer>,
     printed: u64,
     next_lsn: Lsn,
 }
@@ -265,8 +304,20 @@ impl Tail<'_> {
         }
     }
 
+    /// The event opened when there is an unsealer, and whether it stays
+    /// sealed because its conversation was erased.
+    fn unseal(&self, lsn: Lsn, event: Event) -> Result<(Event, bool)> {
+        match self.unsealer {
+            Some(unsealer) => Ok(match unsealer.unseal(lsn, event)? {
+                Unsealed::Plain(event) => (event, false),
+                Unsealed::Erased(event) => (event, true),
+            }),
+            None => Ok((event, false)),
+        }
+    }
+
     /// Prints one event; `Some(stop)` when tail must end.
-    fn print(&mut self, lsn: Lsn, event: &Event) -> Result<Option<TailStop>> {
+    fn print(&mut self, lsn: Lsn, event: &Event, erased: bool) -> Result<Option<TailStop>> {
         if self
             .options
             .max_events
@@ -276,6 +327,15 @@ impl Tail<'_> {
         }
         let line = match self.options.format {
             TailFormat::Json => json::to_json_line(lsn, event)?,
+            TailFormat::Summary { color } if erased => {
+                let summary = event_summary(lsn, event, color);
+                match summary.rfind(SEALED_SUMMARY) {
+                    Some(at) => {
+                        format!("{}{}", &summary[..at], paint(color, "1;31", ERASED_SUMMARY))
+                    }
+                    None => summary,
+                }
+            }
             TailFormat::Summary { color } => event_summary(lsn, event, color),
         };
         match writeln!(self.out, "{line}") {
@@ -357,7 +417,8 @@ impl Tail<'_> {
             last_event = Instant::now();
             let event = decode(&record)?;
             if self.selected(&event) {
-                if let Some(stop) = self.print(record.lsn, &event)? {
+                let (event, erased) = self.unseal(record.lsn, event)?;
+                if let Some(stop) = self.print(record.lsn, &event, erased)? {
                     return Ok(stop);
                 }
             }
@@ -436,6 +497,13 @@ pub fn event_summary(lsn: Lsn, event: &Event, color: bool) -> String {
 /// status, attempts and the first line of its error; an unreadable one as
 /// such; any other kind its name and size.
 fn custom_summary(custom: &CustomEvent, color: bool) -> String {
+    if custom.kind == crate::erasure::SEALED_KIND {
+        return format!(
+            "{}: {} bytes",
+            paint(color, "33", SEALED_SUMMARY),
+            custom.payload.len()
+        );
+    }
     match ModelCallFailed::from_custom(custom) {
         Some(Ok(failure)) => format!(
             "{} {} ({}): {}",
@@ -456,6 +524,12 @@ fn custom_summary(custom: &CustomEvent, color: bool) -> String {
         ),
     }
 }
+
+/// What a summary says of a sealed event read without the store key.
+const SEALED_SUMMARY: &str = "sealed (its content needs the store key)";
+
+/// What a summary says of a sealed event of an erased conversation.
+const ERASED_SUMMARY: &str = "sealed, conversation erased (its key is destroyed)";
 
 /// Characters of recorded text a summary keeps.
 const SUMMARY_TEXT_CHARS: usize = 100;

@@ -650,6 +650,21 @@ pub fn write_overview_text(
 ) -> io::Result<()> {
     let paint = Paint { color };
     write_overview_head(out, overview, &paint)?;
+    if !overview.erased.is_empty() {
+        let ids: Vec<String> = overview.erased.iter().map(|id| one_line(id, 40)).collect();
+        writeln!(
+            out,
+            "  {} {}",
+            paint.paint(
+                BOLD_RED,
+                &format!(
+                    "{} (keys destroyed, content unreadable):",
+                    plural(ids.len(), "erased conversation", "erased conversations")
+                )
+            ),
+            ids.join(", ")
+        )?;
+    }
     if overview.conversations.is_empty() {
         return Ok(());
     }

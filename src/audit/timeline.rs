@@ -554,7 +554,7 @@ impl Timeline {
         let slice = store.conversation(conversation_id)?;
         let log = store.log();
         let end = log.visible_next_lsn();
-        let mut scan = super::source::resumed_calls(&log, Some(conversation_id), end)?;
+        let mut scan = super::source::resumed_calls(store, &log, Some(conversation_id), end)?;
         let resumed = scan
             .calls
             .remove(conversation_id)
@@ -981,9 +981,20 @@ pub struct StoreOverview {
     pub calls: CallCounts,
     /// Failed model calls over all conversations.
     pub failed_model_calls: usize,
+    /// The conversations erased (their keys destroyed: docs/erasure.md),
+    /// sorted; not in `conversations`. Left out of the JSON form when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub erased: Vec<String>,
 }
 
 impl StoreOverview {
+    /// The same overview, listing `erased` as erased conversations.
+    pub fn with_erased(mut self, mut erased: Vec<String>) -> StoreOverview {
+        erased.sort();
+        self.erased = erased;
+        self
+    }
+
     /// The overview of an open store (folds every conversation; resumed
     /// flags are not counted).
     pub fn from_store(store: &Store) -> Result<StoreOverview> {
@@ -998,7 +1009,8 @@ impl StoreOverview {
             store.log().next_lsn(),
             store.stats().snapshot_lsn,
             conversations,
-        ))
+        )
+        .with_erased(store.erased_conversations()))
     }
 
     /// An overview of `conversations` (sorted here by id).
@@ -1024,6 +1036,7 @@ impl StoreOverview {
             conversations,
             calls,
             failed_model_calls,
+            erased: Vec::new(),
         }
     }
 }

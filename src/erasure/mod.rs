@@ -385,6 +385,51 @@ impl ConversationKey {
         Ok(event)
     }
 
+    /// The event an encoded sealed event (`payload`, a log payload of kind
+    /// [`SEALED_KIND`]) holds, opened in place in `scratch`: no copy of the
+    /// sealed bytes into an event, no allocation per event once the
+    /// scratch buffer has grown. `Ok(None)` when `payload` is not a sealed
+    /// event (the caller decodes it as usual).
+    pub(crate) fn open_payload(
+        &self,
+        conversation_id: &str,
+        lsn: crate::Lsn,
+        payload: &[u8],
+        scratch: &mut OpenScratch,
+    ) -> Result<Option<Event>> {
+        use chacha20poly1305::aead::AeadInPlace;
+        let Some((id, sealed)) = crate::codec::custom_payload_of(payload, SEALED_KIND) else {
+            return Ok(None);
+        };
+        let refused = |reason: &str| Error::UndecodableEvent {
+            lsn,
+            reason: format!("the sealed event of conversation {conversation_id:?} {reason}"),
+        };
+        if id != Some(conversation_id) {
+            return Err(refused("names another conversation"));
+        }
+        if sealed.len() < NONCE_BYTES + TAG_BYTES {
+            return Err(refused("is too short to be sealed"));
+        }
+        if scratch.aad.is_empty() || scratch.conversation_id != conversation_id {
+            scratch.aad = aad(AAD_EVENT, conversation_id);
+            scratch.conversation_id = conversation_id.to_string();
+        }
+        let (nonce, ciphertext) = sealed.split_at(NONCE_BYTES);
+        scratch.buffer.clear();
+        scratch.buffer.extend_from_slice(ciphertext);
+        self.cipher
+            .decrypt_in_place(XNonce::from_slice(nonce), &scratch.aad, &mut scratch.buffer)
+            .map_err(|_| {
+                refused("does not open with its key (changed bytes, or moved from another conversation or store)")
+            })?;
+        let event = crate::codec::decode_event_at(lsn, &scratch.buffer)?;
+        if event.conversation_id() != Some(conversation_id) || is_sealed(&event) {
+            return Err(refused("holds an event of another conversation"));
+        }
+        Ok(Some(event))
+    }
+
     /// A snapshot slice blob, sealed: `[1] || nonce || ciphertext`.
     pub(crate) fn seal_slice(&self, conversation_id: &str, blob: &[u8]) -> Vec<u8> {
         let mut out = vec![SEALED_SLICE_VERSION];
@@ -421,6 +466,111 @@ impl ConversationKey {
                 &self.half,
             ),
         })
+    }
+}
+
+/// Opens the sealed events of a store read from its log directly (the
+/// audit views, `convlog tail` and `convlog dump`), with the store key and
+/// the key table, without opening the store: no lock, nothing written.
+///
+/// A key table a writer grows meanwhile is read again when an event names
+/// a conversation it does not know yet.
+#[derive(Debug)]
+pub struct Unsealer {
+    keyring: Keyring,
+}
+
+/// What [`Unsealer::unseal`] made of an event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unsealed {
+    /// The event in its plain form: a sealed event opened, any other event
+    /// as it was.
+    Plain(Event),
+    /// A sealed event of an erased conversation: its key is destroyed, so
+    /// it stays sealed (as stored).
+    Erased(Event),
+}
+
+impl Unsealer {
+    /// The unsealer of the store in `dir`: fails when it has no key table
+    /// (`Error::Encryption`: not an encrypted store, or the table is
+    /// missing), or the key is not the store's.
+    pub fn open(dir: impl AsRef<Path>, key: &StoreKey) -> Result<Unsealer> {
+        let dir = dir.as_ref();
+        let storage: Arc<dyn crate::storage::Storage> = Arc::new(crate::storage::FileSystem);
+        let path = dir.join(KEY_TABLE_FILE);
+        if !storage.exists(&path) {
+            return Err(Error::Encryption {
+                store: dir.to_path_buf(),
+                reason: format!(
+                    "no key table {}: the store is not encrypted, or its key table is missing",
+                    path.display()
+                ),
+            });
+        }
+        let keyring = Keyring::open(storage, dir, Some(key), false)?
+            .expect("a key was given, so a keyring is made");
+        Ok(Unsealer { keyring })
+    }
+
+    /// `event` (at `lsn`) opened: see [`Unsealed`]. Fails with
+    /// `UndecodableEvent` (its LSN) for a sealed event that does not open
+    /// (changed bytes, or no key for its conversation in the table).
+    pub fn unseal(&self, lsn: crate::Lsn, event: Event) -> Result<Unsealed> {
+        let Event::Custom(custom) = &event else {
+            return Ok(Unsealed::Plain(event));
+        };
+        if custom.kind != SEALED_KIND {
+            return Ok(Unsealed::Plain(event));
+        }
+        let Some(id) = custom.conversation_id.as_deref() else {
+            return Err(Error::UndecodableEvent {
+                lsn,
+                reason: "a sealed event without a conversation id".to_string(),
+            });
+        };
+        match self.keyring.status(id) {
+            KeyStatus::Sealed(key) => key.open_event(id, lsn, custom).map(Unsealed::Plain),
+            KeyStatus::Erased => Ok(Unsealed::Erased(event)),
+            KeyStatus::Plain => Err(Error::UndecodableEvent {
+                lsn,
+                reason: format!(
+                    "the event of conversation {id:?} is sealed, and the key table has no key for it"
+                ),
+            }),
+        }
+    }
+
+    /// Whether `conversation_id` was erased.
+    pub fn is_erased(&self, conversation_id: &str) -> bool {
+        matches!(self.keyring.status(conversation_id), KeyStatus::Erased)
+    }
+
+    /// Every conversation erased (or being erased), sorted.
+    pub fn erased(&self) -> Vec<String> {
+        self.keyring.erased()
+    }
+}
+
+/// Whether the store in `dir` is encrypted (it has a key table).
+pub fn is_encrypted_store(dir: impl AsRef<Path>) -> bool {
+    dir.as_ref().join(KEY_TABLE_FILE).exists()
+}
+
+/// What opening sealed events in place reuses from one event to the next
+/// of a read: the associated data of its conversation and the buffer the
+/// ciphertext is opened in.
+#[derive(Default)]
+pub(crate) struct OpenScratch {
+    conversation_id: String,
+    aad: Vec<u8>,
+    buffer: Vec<u8>,
+}
+
+impl Drop for OpenScratch {
+    fn drop(&mut self) {
+        // The buffer held plaintext.
+        self.buffer.fill(0);
     }
 }
 

@@ -22,6 +22,40 @@ pub(super) struct Sealed {
     pub(super) announced: Vec<String>,
 }
 
+/// Refuses to open a store with its store key when its key table is
+/// missing but its log holds encrypted conversations (a `convlog.key_made`
+/// or `convlog.sealed` event): the table held their keys, and a writer
+/// would otherwise start a new, empty one beside them. The log is scanned
+/// only when a key is given and the table is missing (the first open of a
+/// store being encrypted, or a lost table); each frame's kind is peeked,
+/// nothing decoded.
+pub(super) fn refuse_lost_key_table(
+    backend: &super::backend::Backend,
+    key: Option<&erasure::StoreKey>,
+) -> Result<()> {
+    let path = backend.dir().join(erasure::KEY_TABLE_FILE);
+    if key.is_none() || backend.storage().exists(&path) {
+        return Ok(());
+    }
+    let log = backend.log();
+    for record in log.read_from(log.first_lsn()) {
+        let record = record?;
+        let kind = codec::custom_kind(&record.payload);
+        if kind == Some(SEALED_KIND) || kind == Some(erasure::KEY_MADE_KIND) {
+            let id = codec::peek_conversation_id(&record.payload).unwrap_or_default();
+            return Err(Error::Encryption {
+                store: backend.dir().to_path_buf(),
+                reason: format!(
+                    "its key table {} is missing, but the log holds encrypted conversations (conversation {id:?} at LSN {}): the table holds their keys, and without it their content cannot be read by anyone. Put the store's `keys` file back (a backup of the store carries it: `convlog backup` and `store::backup` copy it); the store was not opened, so no new, empty table was made",
+                    path.display(),
+                    record.lsn
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl StoreCore {
     fn keyring(&self) -> Option<&Keyring> {
         self.log.keyring.as_ref()
@@ -67,11 +101,24 @@ impl StoreCore {
         };
         if custom.kind == SEALED_KIND {
             let Some(key) = key else {
+                let table = self.log.dir().join(erasure::KEY_TABLE_FILE);
+                let why = if !self.log.storage().exists(&table) {
+                    format!(
+                        "the store's key table {} is missing (deleted, or not copied with the store): it holds the conversation keys; put it back from a backup of the store",
+                        table.display()
+                    )
+                } else if self.keyring().is_none() {
+                    "the store was opened without its store key".to_string()
+                } else {
+                    format!(
+                        "the key table {} has no key for it (a table from another store, or one put back from before the conversation began?)",
+                        table.display()
+                    )
+                };
                 return Err(Error::UndecodableEvent {
                     lsn,
                     reason: format!(
-                        "the event of conversation {conversation_id:?} is sealed, and the key table has no key for it{}",
-                        if self.keyring().is_none() { " (the store was opened without its store key)" } else { "" }
+                        "the event of conversation {conversation_id:?} is sealed and cannot be opened: {why}"
                     ),
                 });
             };
@@ -351,5 +398,33 @@ impl Store {
     /// Whether `conversation_id` was erased.
     pub fn is_erased(&self, conversation_id: &str) -> bool {
         matches!(self.core.key_status(conversation_id), KeyStatus::Erased)
+    }
+
+    /// An event read from the log (`lsn` is its LSN) in its plain form: a
+    /// sealed event (a `custom` event of kind
+    /// [`SEALED_KIND`](crate::erasure::SEALED_KIND)) opened with its
+    /// conversation's key; any other event as it is. For readers of the
+    /// raw log ([`Store::log`]) of an encrypted store.
+    ///
+    /// Fails with [`Error::Erased`] for an event of an erased conversation,
+    /// and with [`Error::UndecodableEvent`] (its LSN) for one that does not
+    /// open: changed bytes, or a store opened without its store key.
+    pub fn unseal_event(&self, lsn: Lsn, event: Event) -> Result<Event> {
+        let id = match &event {
+            Event::Custom(custom) if custom.kind == SEALED_KIND => {
+                match custom.conversation_id.as_deref() {
+                    Some(id) => id.to_string(),
+                    None => {
+                        return Err(Error::UndecodableEvent {
+                            lsn,
+                            reason: "a sealed event without a conversation id".to_string(),
+                        })
+                    }
+                }
+            }
+            _ => return Ok(event),
+        };
+        let key = self.core.read_key(&id)?;
+        self.core.open_event(key.as_deref(), &id, lsn, event)
     }
 }

@@ -320,6 +320,7 @@ impl StoreCore {
             .filter(|_| self.log.taken_back_from().is_none())
         {
             let locators: Vec<Position> = positions.iter().map(|(_, position)| *position).collect();
+            let mut scratch = crate::erasure::OpenScratch::default();
             let mut fold = |_: Position, lsn: Lsn, payload: &[u8]| -> Result<()> {
                 if lsn < base_lsn || lsn >= limit {
                     return Ok(());
@@ -329,15 +330,20 @@ impl StoreCore {
                 if codec::peek_conversation_id(payload).is_some_and(|id| id != conversation_id) {
                     return Ok(());
                 }
-                // A plain conversation's entries and status changes are
-                // folded without copying the texts the fold drops; anything
-                // else (and every event of a sealed conversation) is
-                // decoded whole and opened.
-                if key.is_none() {
-                    if let Some(event) = codec::decode_fold_event(payload) {
-                        slice.apply_decoded(event, lsn);
+                // Encrypted: a sealed event is opened in place. A plain
+                // conversation's entries and status changes are folded
+                // without copying the texts the fold drops. Anything else is
+                // decoded whole (and opened).
+                if let Some(key) = key {
+                    if let Some(event) =
+                        key.open_payload(conversation_id, lsn, payload, &mut scratch)?
+                    {
+                        slice.apply_owned(event, lsn);
                         return Ok(());
                     }
+                } else if let Some(event) = codec::decode_fold_event(payload) {
+                    slice.apply_decoded(event, lsn);
+                    return Ok(());
                 }
                 let event = codec::decode_event_at(lsn, payload)?;
                 slice.apply_owned(self.open_event(key, conversation_id, lsn, event)?, lsn);

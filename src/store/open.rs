@@ -149,6 +149,7 @@ impl Store {
         hosts: Vec<(TypeId, HostSlot)>,
         mut report: OpenReport,
     ) -> Result<Store> {
+        super::erase::refuse_lost_key_table(&backend, options.encryption.as_ref())?;
         backend.keyring = crate::erasure::Keyring::open(
             Arc::clone(backend.storage_ref()),
             backend.dir(),

@@ -42,7 +42,7 @@ pub fn inspect(
     color: ColorArg,
 ) -> Result<(), Failure> {
     crate::shell::existing_store(dir)?;
-    let view = AuditView::open(dir, conversation)?;
+    let view = open_view(dir, conversation)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let written = match conversation {
         Some(id) => {
@@ -85,19 +85,43 @@ pub fn tail(
             }
         })
         .conversation(conversation);
+    let key = crate::shell::store_key(None)?;
     let mut out = std::io::stdout().lock();
-    audit::tail(dir, &mut out, &options, &mut || false)?;
+    audit::tail_with_key(dir, key.as_ref(), &mut out, &options, &mut || false)?;
+    if key.is_none() && convlog::erasure::is_encrypted_store(dir) {
+        eprintln!("{SEALED_NOTE}");
+    }
     Ok(())
+}
+
+/// What `tail` and `dump` say on an encrypted store read without its key.
+pub const SEALED_NOTE: &str = "convlog: note: the store is encrypted (docs/erasure.md): its conversations' events are shown sealed, as stored (conversation id, LSN, size); pass --key-file FILE or set CONVLOG_KEY_FILE to read their content";
+
+/// The audit view of `dir` with the store key (`--key-file`,
+/// `CONVLOG_KEY_FILE`); on an encrypted store without it, an error that
+/// says what to do.
+fn open_view(dir: &Path, conversation: Option<&str>) -> Result<AuditView, Failure> {
+    let key = crate::shell::store_key(None)?;
+    if key.is_none() && convlog::erasure::is_encrypted_store(dir) {
+        return Err(Failure(format!(
+            "store {}: the store is encrypted (docs/erasure.md): its content is sealed and needs the store key: pass --key-file FILE or set CONVLOG_KEY_FILE. Without the key, `convlog tail` and `convlog dump` show its structure (conversation ids, kinds, LSNs)",
+            dir.display()
+        )));
+    }
+    Ok(AuditView::open_with_key(dir, conversation, key.as_ref())?)
 }
 
 /// `convlog export STORE --conversation ID --format html`: one self-contained page.
 pub fn export_html(dir: &Path, conversation: &str) -> Result<(), Failure> {
     crate::shell::existing_store(dir)?;
     let bar = crate::shell::spinner("reading the conversation");
-    let view = AuditView::open(dir, Some(conversation));
-    let timeline = view.and_then(|view| view.timeline(conversation, &TimelineOptions::for_html()));
+    let view = open_view(dir, Some(conversation)).map_err(|Failure(message)| message);
+    let timeline = view.and_then(|view| {
+        view.timeline(conversation, &TimelineOptions::for_html())
+            .map_err(|error| error.to_string())
+    });
     bar.finish_and_clear();
-    let timeline = timeline?;
+    let timeline = timeline.map_err(Failure)?;
     let options = HtmlOptions::new()
         .store(Some(dir.display().to_string()))
         .generated_at(Some(Timestamp::now()));

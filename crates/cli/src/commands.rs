@@ -16,8 +16,24 @@ use crate::shell::{
 };
 
 /// `convlog dump STORE`.
-pub fn dump(dir: &Path, from: Option<u64>, conversation: Option<&str>) -> Result<(), Failure> {
+///
+/// On an encrypted store, sealed events are printed opened with the store
+/// key when given (`--key-file`, `CONVLOG_KEY_FILE`); without it, or for an
+/// erased conversation, as stored (`custom` of kind `convlog.sealed`: its
+/// conversation id and LSN), and a note on standard error says so.
+pub fn dump(
+    dir: &Path,
+    from: Option<u64>,
+    conversation: Option<&str>,
+    key: Option<convlog::erasure::StoreKey>,
+) -> Result<(), Failure> {
     let reader = LogReader::open(dir)?;
+    let encrypted = convlog::erasure::is_encrypted_store(dir);
+    let unsealer = match (&key, encrypted) {
+        (Some(key), true) => Some(convlog::erasure::Unsealer::open(dir, key)?),
+        _ => None,
+    };
+    let mut erased_shown = std::collections::BTreeSet::new();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let bar = progress_bar(segment_bytes(dir), "dumping");
     let records = match from {
@@ -48,6 +64,19 @@ pub fn dump(dir: &Path, from: Option<u64>, conversation: Option<&str>) -> Result
         if conversation.is_some_and(|id| event.conversation_id() != Some(id)) {
             continue;
         }
+        let event = match &unsealer {
+            Some(unsealer) => match unsealer.unseal(record.lsn, event) {
+                Ok(convlog::erasure::Unsealed::Plain(event)) => event,
+                Ok(convlog::erasure::Unsealed::Erased(event)) => {
+                    if let Some(id) = event.conversation_id() {
+                        erased_shown.insert(id.to_string());
+                    }
+                    event
+                }
+                Err(error) => return Err(Failure(format!("store {}: {error}", dir.display()))),
+            },
+            None => event,
+        };
         let line = json::to_json_line(record.lsn, &event).map_err(|error| {
             Failure(format!(
                 "the event at LSN {} has no JSON form: {error}",
@@ -59,7 +88,18 @@ pub fn dump(dir: &Path, from: Option<u64>, conversation: Option<&str>) -> Result
         }
     }
     bar.finish_and_clear();
-    out.flush().or_else(stdout_closed)
+    out.flush().or_else(stdout_closed)?;
+    if encrypted && key.is_none() {
+        eprintln!("{}", crate::audit::SEALED_NOTE);
+    }
+    if !erased_shown.is_empty() {
+        let ids: Vec<String> = erased_shown.into_iter().collect();
+        eprintln!(
+            "convlog: note: erased conversations (their keys destroyed), shown sealed as stored: {}",
+            ids.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// `convlog verify STORE [--log-only] [--key KEYFILE] [--public PUBFILE]

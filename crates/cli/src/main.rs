@@ -41,6 +41,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The store key of an encrypted store (docs/erasure.md), for every
+    /// command that reads or writes one (default: $CONVLOG_KEY_FILE).
+    #[arg(long, global = true, value_name = "FILE")]
+    key_file: Option<PathBuf>,
 }
 
 /// When `append` acknowledges an event.
@@ -405,7 +409,9 @@ enum Command {
 
 fn main() -> ExitCode {
     init_logging();
-    match run(Cli::parse().command) {
+    let cli = Cli::parse();
+    shell::set_key_file(cli.key_file);
+    match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(shell::Failure(message)) => {
             eprintln!("convlog: error: {message}");
@@ -445,7 +451,12 @@ fn run(command: Command) -> Result<(), shell::Failure> {
             store,
             from,
             conversation,
-        } => commands::dump(&store, from, conversation.as_deref()),
+        } => commands::dump(
+            &store,
+            from,
+            conversation.as_deref(),
+            shell::store_key(None)?,
+        ),
         Command::Verify {
             store,
             log_only,

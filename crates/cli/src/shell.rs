@@ -53,11 +53,25 @@ pub fn existing_store(dir: &Path) -> Result<(), Failure> {
 /// (docs/erasure.md): every command that opens a store reads it.
 pub const KEY_FILE_ENV: &str = "CONVLOG_KEY_FILE";
 
-/// The store key: from `--key` when given, else from `CONVLOG_KEY_FILE`
-/// when set; `None` for neither (a store in the clear).
+/// The global `--key-file` option, when given.
+static KEY_FILE_ARG: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+
+/// Records the global `--key-file` option (once, at start).
+pub fn set_key_file(path: Option<std::path::PathBuf>) {
+    let _ = KEY_FILE_ARG.set(path);
+}
+
+/// The store key: from `key_file` (a command's own `--key`) when given,
+/// else the global `--key-file`, else `CONVLOG_KEY_FILE` when set; `None`
+/// for none of them (a store in the clear).
 pub fn store_key(key_file: Option<&Path>) -> Result<Option<StoreKey>, Failure> {
     let from_env = std::env::var_os(KEY_FILE_ENV).filter(|value| !value.is_empty());
-    match key_file.map(Path::to_path_buf).or(from_env.map(Into::into)) {
+    let global = KEY_FILE_ARG.get().cloned().flatten();
+    match key_file
+        .map(Path::to_path_buf)
+        .or(global)
+        .or(from_env.map(Into::into))
+    {
         Some(path) => Ok(Some(StoreKey::from_file(path)?)),
         None => Ok(None),
     }

@@ -120,3 +120,147 @@ fn erase_makes_a_conversation_unreadable_and_says_so() {
     let verify = convlog(&["verify", store], "", None);
     assert!(verify.status.success(), "{}", stderr(&verify));
 }
+
+/// The audit views and `dump` on an encrypted store: with `--key-file`
+/// they read its content and list an erased conversation as erased;
+/// without it `tail` and `dump` show the structure (ids, LSNs, sealed) and
+/// say the content is sealed, and `inspect` says the key is needed.
+#[test]
+fn audit_views_and_dump_read_an_encrypted_store_with_its_key_and_its_structure_without() {
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("store.key");
+    let made = convlog(&["keygen", "--encryption", path_arg(&key)], "", None);
+    assert!(made.status.success(), "{}", stderr(&made));
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let store = path_arg(&store);
+    let input = event("gone", "secret one") + &event("kept", "hello there");
+    let appended = convlog(&["append", store], &input, Some(&key));
+    assert!(appended.status.success(), "{}", stderr(&appended));
+    let erased = convlog(&["erase", store, "--conversation", "gone"], "", Some(&key));
+    assert!(erased.status.success(), "{}", stderr(&erased));
+    let key_arg = path_arg(&key);
+
+    // Without the key.
+    let inspect = convlog(&["inspect", store], "", None);
+    assert!(!inspect.status.success());
+    assert!(
+        stderr(&inspect).contains("the store is encrypted")
+            && stderr(&inspect).contains("--key-file"),
+        "{}",
+        stderr(&inspect)
+    );
+    let tail = convlog(&["tail", store, "-n", "50"], "", None);
+    assert!(tail.status.success(), "{}", stderr(&tail));
+    let text = stdout(&tail);
+    assert!(
+        text.contains("kept") && text.contains("sealed (its content needs the store key)"),
+        "{text}"
+    );
+    assert!(!text.contains("hello there"), "{text}");
+    assert!(
+        stderr(&tail).contains("the store is encrypted"),
+        "{}",
+        stderr(&tail)
+    );
+    let dump = convlog(&["dump", store], "", None);
+    assert!(dump.status.success(), "{}", stderr(&dump));
+    let text = stdout(&dump);
+    assert!(
+        text.contains("convlog.sealed") && text.contains("\"conversation_id\":\"kept\""),
+        "{text}"
+    );
+    assert!(!text.contains("hello there"), "{text}");
+    assert!(
+        stderr(&dump).contains("the store is encrypted"),
+        "{}",
+        stderr(&dump)
+    );
+
+    // With it.
+    let inspect = convlog(&["inspect", store, "--key-file", key_arg], "", None);
+    assert!(inspect.status.success(), "{}", stderr(&inspect));
+    let text = stdout(&inspect);
+    assert!(
+        text.contains("1 erased conversation") && text.contains("gone"),
+        "{text}"
+    );
+    assert!(text.contains("kept"), "{text}");
+    let json = convlog(
+        &["inspect", store, "--json", "--key-file", key_arg],
+        "",
+        None,
+    );
+    let overview: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(overview["erased"], serde_json::json!(["gone"]));
+    assert_eq!(overview["conversations"][0]["conversation_id"], "kept");
+    let timeline = convlog(
+        &[
+            "inspect",
+            store,
+            "--conversation",
+            "kept",
+            "--key-file",
+            key_arg,
+        ],
+        "",
+        None,
+    );
+    assert!(
+        stdout(&timeline).contains("hello there"),
+        "{}",
+        stderr(&timeline)
+    );
+    let gone = convlog(
+        &[
+            "inspect",
+            store,
+            "--conversation",
+            "gone",
+            "--key-file",
+            key_arg,
+        ],
+        "",
+        None,
+    );
+    assert!(
+        stderr(&gone).contains("\"gone\" was erased"),
+        "{}",
+        stderr(&gone)
+    );
+    let html = convlog(
+        &[
+            "export",
+            store,
+            "--conversation",
+            "kept",
+            "--format",
+            "html",
+            "--key-file",
+            key_arg,
+        ],
+        "",
+        None,
+    );
+    assert!(stdout(&html).contains("hello there"), "{}", stderr(&html));
+    let tail = convlog(
+        &["tail", store, "-n", "50", "--key-file", key_arg],
+        "",
+        None,
+    );
+    let text = stdout(&tail);
+    assert!(text.contains("hello there"), "{text}");
+    assert!(text.contains("conversation erased"), "{text}");
+    assert!(!text.contains("secret one"), "{text}");
+    let dump = convlog(&["dump", store], "", Some(&key));
+    let text = stdout(&dump);
+    assert!(
+        text.contains("hello there") && !text.contains("secret one"),
+        "{text}"
+    );
+    assert!(
+        stderr(&dump).contains("erased conversations") && stderr(&dump).contains("gone"),
+        "{}",
+        stderr(&dump)
+    );
+}

@@ -284,3 +284,31 @@ pub struct ToolResponseSchema {
     /// The tool failed (convlog's addition; left out when false).
     is_error: Option<bool>,
 }
+
+/// `POST /contexts/{context_id}/erase`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EraseRequest {
+    /// Why (a ticket, a request's reference), recorded with the erasure
+    /// after the caller's id: at most `ERASE_REASON_CHARS_MAX` characters.
+    /// Do not put personal data in it: the erasure event stays in the log
+    /// in the clear.
+    #[serde(default)]
+    #[schema(example = "ticket 4711")]
+    pub reason: Option<String>,
+}
+
+/// What an erasure recorded.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EraseResponse {
+    /// The context erased.
+    #[schema(example = "ctx_123")]
+    pub context_id: String,
+    /// Who erased it, as the erasure event records it: `user ID over HTTP`
+    /// and the reason given, if any.
+    pub erased_by: String,
+    /// When, seconds since the Unix epoch.
+    pub erased_at: i64,
+    /// The LSN of the `convlog.erased` event recording it.
+    pub lsn: u64,
+}

@@ -18,7 +18,10 @@ use serde_json::{Map, Value};
 use crate::api::*;
 use crate::error::ApiError;
 use crate::meta::{self, context_meta_event, ContextMeta, ServerMetaReducer};
-use crate::{AppState, CONTEXT_ID_CHARS_MAX, MESSAGES_PER_REQUEST_MAX, USER_DEFINED_BYTES_MAX};
+use crate::{
+    AppState, CONTEXT_ID_CHARS_MAX, ERASE_REASON_CHARS_MAX, MESSAGES_PER_REQUEST_MAX,
+    USER_DEFINED_BYTES_MAX,
+};
 
 /// The authenticated caller (`Authorization: Bearer TOKEN`).
 pub struct Caller(pub String);
@@ -105,18 +108,20 @@ async fn blocking<T: Send + 'static>(
 
 impl AppState {
     fn info(&self, context_id: &str) -> Result<ContextInfo, ApiError> {
+        // An erased context's events can no longer be read, its owner
+        // included: 410 says it existed and is gone for good. Asked first:
+        // the registry (folded before the erasure, or kept in a snapshot)
+        // may still list it.
+        if self.store.is_erased(context_id) {
+            return Err(convlog::Error::Erased {
+                conversation_id: context_id.to_string(),
+            }
+            .into());
+        }
         let registry = self.control.registry()?;
         registry.get(context_id).cloned().ok_or_else(|| {
-            // An erased context's events can no longer be read, its owner
-            // included: 410 says it existed and is gone for good.
-            ApiError::from(if self.store.is_erased(context_id) {
-                convlog::Error::Erased {
-                    conversation_id: context_id.to_string(),
-                }
-            } else {
-                convlog::Error::ContextNotFound {
-                    context_id: context_id.to_string(),
-                }
+            ApiError::from(convlog::Error::ContextNotFound {
+                context_id: context_id.to_string(),
             })
         })
     }
@@ -437,6 +442,9 @@ impl AppState {
         let open = self.store.slice::<meta::GenerationsReducer>()?;
         let mut found = Vec::new();
         for info in registry.contexts() {
+            if self.store.is_erased(&info.context_id) {
+                continue;
+            }
             let Ok(runner) = self.runner(&info.context_id) else {
                 continue;
             };
@@ -537,6 +545,7 @@ pub fn valid_context_id(id: &str) -> bool {
         (status = 401, description = "No or invalid token", body = ErrorBody),
         (status = 403, description = "Context does not belong to user", body = ErrorBody),
         (status = 404, description = "No such context", body = ErrorBody),
+        (status = 410, description = "The context was erased", body = ErrorBody),
         (status = 409, description = "Conflict", body = ErrorBody),
         (status = 413, description = "Too large", body = ErrorBody),
         (status = 422, description = "Malformed JSON", body = ErrorBody),
@@ -578,6 +587,7 @@ pub async fn chat(
         (status = 401, description = "No or invalid token", body = ErrorBody),
         (status = 403, description = "Context does not belong to user", body = ErrorBody),
         (status = 404, description = "No such context", body = ErrorBody),
+        (status = 410, description = "The context was erased", body = ErrorBody),
         (status = 409, description = "Conflict", body = ErrorBody),
         (status = 413, description = "Too large", body = ErrorBody),
         (status = 422, description = "Malformed JSON", body = ErrorBody),
@@ -651,6 +661,7 @@ pub async fn add_ai_message(
         (status = 401, description = "No or invalid token", body = ErrorBody),
         (status = 403, description = "Context does not belong to user", body = ErrorBody),
         (status = 404, description = "No such context", body = ErrorBody),
+        (status = 410, description = "The context was erased", body = ErrorBody),
         (status = 409, description = "Conflict", body = ErrorBody),
         (status = 413, description = "Too large", body = ErrorBody),
         (status = 422, description = "Malformed JSON", body = ErrorBody),
@@ -690,6 +701,7 @@ pub async fn invoke(
         (status = 401, description = "No or invalid token", body = ErrorBody),
         (status = 403, description = "Context does not belong to user", body = ErrorBody),
         (status = 404, description = "No such context", body = ErrorBody),
+        (status = 410, description = "The context was erased", body = ErrorBody),
         (status = 409, description = "Conflict", body = ErrorBody),
         (status = 413, description = "Too large", body = ErrorBody),
         (status = 422, description = "Malformed JSON", body = ErrorBody),
@@ -721,6 +733,7 @@ pub async fn add_messages(
         (status = 401, description = "No or invalid token", body = ErrorBody),
         (status = 403, description = "Context does not belong to user", body = ErrorBody),
         (status = 404, description = "No such context", body = ErrorBody),
+        (status = 410, description = "The context was erased", body = ErrorBody),
         (status = 409, description = "Conflict", body = ErrorBody),
         (status = 413, description = "Too large", body = ErrorBody),
         (status = 422, description = "Malformed JSON", body = ErrorBody),
@@ -827,6 +840,7 @@ pub async fn list_contexts(
         let contexts = registry
             .contexts()
             .filter(|info| info.is_owned_by(&principal))
+            .filter(|info| !state.store.is_erased(&info.context_id))
             .map(|info| state.summary(info).map(|(summary, _)| summary))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Json(ContextList { contexts }))
@@ -843,6 +857,7 @@ pub async fn list_contexts(
         (status = 401, description = "No or invalid token", body = ErrorBody),
         (status = 403, description = "Context does not belong to user", body = ErrorBody),
         (status = 404, description = "No such context", body = ErrorBody),
+        (status = 410, description = "The context was erased", body = ErrorBody),
     ))]
 pub async fn get_context(
     State(state): State<Arc<AppState>>,
@@ -866,6 +881,7 @@ pub async fn get_context(
         (status = 401, description = "No or invalid token", body = ErrorBody),
         (status = 403, description = "Context does not belong to user", body = ErrorBody),
         (status = 404, description = "No such context", body = ErrorBody),
+        (status = 410, description = "The context was erased", body = ErrorBody),
         (status = 413, description = "Too large", body = ErrorBody),
         (status = 422, description = "Malformed JSON", body = ErrorBody),
     ))]
@@ -914,6 +930,7 @@ fn reserved_kind(kind: &str) -> bool {
         (status = 401, description = "No or invalid token", body = ErrorBody),
         (status = 403, description = "Context does not belong to user", body = ErrorBody),
         (status = 404, description = "No such context", body = ErrorBody),
+        (status = 410, description = "The context was erased", body = ErrorBody),
         (status = 413, description = "Too large", body = ErrorBody),
         (status = 422, description = "Malformed JSON", body = ErrorBody),
     ))]
@@ -977,6 +994,7 @@ pub async fn append_events(
         (status = 401, description = "No or invalid token", body = ErrorBody),
         (status = 403, description = "Context does not belong to user", body = ErrorBody),
         (status = 404, description = "No such context, evaluation or message", body = ErrorBody),
+        (status = 410, description = "The context was erased", body = ErrorBody),
     ))]
 pub async fn resume(
     State(state): State<Arc<AppState>>,
@@ -1024,6 +1042,7 @@ fn only_keys(query: &BTreeMap<String, String>, known: &[&str]) -> Result<(), Api
         (status = 401, description = "No or invalid token", body = ErrorBody),
         (status = 403, description = "Context does not belong to user", body = ErrorBody),
         (status = 404, description = "No such context", body = ErrorBody),
+        (status = 410, description = "The context was erased", body = ErrorBody),
         (status = 409, description = "The conversation has no form in that format", body = ErrorBody),
     ))]
 pub async fn export(
@@ -1071,6 +1090,91 @@ pub async fn export(
         let request =
             convlog::provider::render(provider, &entries, &RenderOptions::new().pending(pending))?;
         Ok(Json(request.body()))
+    })
+    .await
+}
+
+/// Erase a context for good (its owner only; the store must be encrypted,
+/// `docs/erasure.md`): its key is destroyed, so its content can never be
+/// read again, by anyone. The erasure is recorded in the log (who: `user
+/// ID over HTTP` and the reason; when); from then on every request naming
+/// the context answers 410, this one included.
+#[utoipa::path(post, path = "/contexts/{context_id}/erase", tag = "context",
+    params(("context_id" = String, Path, description = "The context", example = "ctx_123")),
+    request_body = EraseRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Erased", body = EraseResponse),
+        (status = 400, description = "The reason is too long", body = ErrorBody),
+        (status = 401, description = "No or invalid token", body = ErrorBody),
+        (status = 403, description = "Context does not belong to user", body = ErrorBody),
+        (status = 404, description = "No such context", body = ErrorBody),
+        (status = 409, description = "The store is not encrypted, the context was recorded in the clear, or it is generating", body = ErrorBody),
+        (status = 410, description = "The context was erased", body = ErrorBody),
+        (status = 413, description = "Too large", body = ErrorBody),
+        (status = 422, description = "Malformed JSON", body = ErrorBody),
+    ))]
+pub async fn erase_context(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+    Path(context_id): Path<String>,
+    ApiJson(request): ApiJson<EraseRequest>,
+) -> Result<Json<EraseResponse>, ApiError> {
+    let reason = request.reason.unwrap_or_default();
+    let chars = reason.chars().count();
+    if chars > ERASE_REASON_CHARS_MAX {
+        return Err(ApiError::bad_request(format!(
+            "reason has {chars} characters, over the limit of {ERASE_REASON_CHARS_MAX}"
+        )));
+    }
+    blocking(move || {
+        state.writable(&caller, &context_id)?;
+        if !state.store.is_encrypted() {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "Context with id: {context_id} cannot be erased: the store is not encrypted (start the server with CONVLOG_KEY_FILE on an encrypted store; docs/erasure.md)"
+                ),
+            ));
+        }
+        // No recorded generation may write to the context while its key
+        // goes, nor start meanwhile: the runner's claim, held to the end.
+        let _claim = match state.runner(&context_id) {
+            Ok(runner) => Some(
+                runner
+                    .claim(&context_id)
+                    .map_err(|error| run_error(&context_id, error))?,
+            ),
+            Err(_) => None,
+        };
+        let by = if reason.trim().is_empty() {
+            format!("user {} over HTTP", caller.0)
+        } else {
+            format!("user {} over HTTP: {}", caller.0, reason.trim())
+        };
+        let report = state
+            .store
+            .erase(&context_id, &by)
+            .map_err(|error| match error {
+                // Recorded in the clear, before the store was encrypted.
+                convlog::Error::Encryption { .. } => {
+                    ApiError::new(StatusCode::CONFLICT, error.to_string())
+                }
+                error => error.into(),
+            })?;
+        match (report.erasure, report.lsn) {
+            (Some(erasure), Some(lsn)) => Ok(Json(EraseResponse {
+                context_id,
+                erased_by: erasure.by,
+                erased_at: erasure.at.0.div_euclid(1_000_000),
+                lsn,
+            })),
+            // Another request erased it first.
+            _ => Err(convlog::Error::Erased {
+                conversation_id: context_id,
+            }
+            .into()),
+        }
     })
     .await
 }

@@ -62,6 +62,9 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 /// The longest request id taken from a request.
 pub const REQUEST_ID_CHARS_MAX: usize = 128;
+/// The longest `reason` of an erasure (`POST /contexts/{id}/erase`), in
+/// characters.
+pub const ERASE_REASON_CHARS_MAX: usize = 256;
 
 /// What the handlers share.
 pub struct AppState {
@@ -96,6 +99,7 @@ pub struct AppState {
         handlers::append_events,
         handlers::resume,
         handlers::export,
+        handlers::erase_context,
         stream::stream_events,
         handlers::health,
     ),
@@ -242,6 +246,10 @@ impl Server {
             )
             .route("/contexts/{context_id}/resume", get(handlers::resume))
             .route("/contexts/{context_id}/export", get(handlers::export))
+            .route(
+                "/contexts/{context_id}/erase",
+                post(handlers::erase_context),
+            )
             .route("/health", get(handlers::health))
             .route("/openapi.json", get(openapi))
             .route("/metrics", get(render_metrics))

@@ -235,6 +235,7 @@ struct Following {
         (status = 401, description = "No or invalid token", body = crate::api::ErrorBody),
         (status = 403, description = "Context does not belong to user", body = crate::api::ErrorBody),
         (status = 404, description = "No such context", body = crate::api::ErrorBody),
+        (status = 410, description = "The context was erased", body = crate::api::ErrorBody),
         (status = 429, description = "Too many streams open for this user", body = crate::api::ErrorBody),
         (status = 503, description = "The server is shutting down", body = crate::api::ErrorBody),
     ))]
@@ -311,6 +312,12 @@ pub async fn stream_events(
 
 /// Whether `user` may read `context_id`: its owner, or anyone if public.
 fn readable(state: &AppState, user: &str, context_id: &str) -> Result<(), ApiError> {
+    if state.store.is_erased(context_id) {
+        return Err(convlog::Error::Erased {
+            conversation_id: context_id.to_string(),
+        }
+        .into());
+    }
     let registry = state.control.registry()?;
     let info = registry.get(context_id).ok_or_else(|| {
         ApiError::from(convlog::Error::ContextNotFound {
@@ -416,6 +423,8 @@ pub fn read_after(
     let take = |record: convlog::log::Record, out: &mut Vec<(Lsn, String)>| {
         let event = record.event()?;
         if event.conversation_id() == Some(context_id) {
+            // On an encrypted store: opened with the context's key.
+            let event = store.unseal_event(record.lsn, event)?;
             out.push((record.lsn, convlog::json::to_json_line(record.lsn, &event)?));
         }
         Ok::<(), convlog::Error>(())

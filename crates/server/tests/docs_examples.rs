@@ -38,7 +38,18 @@ async fn every_curl_example_of_the_server_doc_runs() {
         eprintln!("SKIPPED: curl is not installed");
         return;
     }
-    let server = TestServer::start(false).await;
+    // Encrypted, so the erase example has a key to destroy.
+    let keys = tempfile::tempdir().unwrap();
+    let key_path = keys.path().join("store.key");
+    convlog::erasure::StoreKey::generate_file(&key_path).unwrap();
+    let server = TestServer::start_keyed(
+        support::Upstream::start().await,
+        tempfile::tempdir().unwrap(),
+        false,
+        "",
+        Some(key_path.to_str().unwrap().to_string()),
+    )
+    .await;
     server.upstream.push((0..8).map(|_| text("ok")));
     let blocks = examples();
     assert!(blocks.len() >= 10, "found {} examples", blocks.len());

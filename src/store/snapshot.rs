@@ -203,6 +203,7 @@ pub fn list(storage: &dyn Storage, dir: &Path) -> Result<Vec<(Lsn, PathBuf)>> {
 ///
 /// `last_frame_offset`: the byte offset of the frame ending at `lsn - 1` in
 /// its segment, if known (see [`LoadedSnapshot::last_frame_offset`]).
+#[cfg(any(test, feature = "testing"))]
 pub fn write(
     storage: &dyn Storage,
     dir: &Path,

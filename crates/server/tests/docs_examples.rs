@@ -38,7 +38,20 @@ async fn every_curl_example_of_the_server_doc_runs() {
         eprintln!("SKIPPED: curl is not installed");
         return;
     }
-    let server = TestServer::start(false).await;
+    // A tamper-evident store with alice among the auditors, for the
+    // checkpoint example (the key and checkpoint file beside the store).
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("audit.key");
+    convlog::tamper::TamperKey::generate()
+        .unwrap()
+        .write(&key)
+        .unwrap();
+    let extra = format!(
+        "[tamper]\nkey_file = {:?}\ncheckpoint_file = {:?}\nauditors = [\"alice\"]\n",
+        key.to_str().unwrap(),
+        dir.path().join("store.head").to_str().unwrap()
+    );
+    let server = TestServer::start_with(support::Upstream::start().await, dir, false, &extra).await;
     server.upstream.push((0..8).map(|_| text("ok")));
     let blocks = examples();
     assert!(blocks.len() >= 10, "found {} examples", blocks.len());

@@ -76,6 +76,8 @@ enum Command {
         /// directory).
         #[arg(long)]
         create_in_nonempty: bool,
+        #[command(flatten)]
+        tamper: tamper::WriterArgs,
     },
     /// Print every event as one JSON line with its "lsn", in LSN order.
     #[command(after_help = help::DUMP_HELP)]
@@ -207,6 +209,8 @@ enum Command {
         continue_run: bool,
         #[command(flatten)]
         model: chat::ModelArgs,
+        #[command(flatten)]
+        tamper: tamper::WriterArgs,
     },
     /// Run one evaluation of a conversation against a model provider (with
     /// the tools of MCP servers) and print what it recorded.
@@ -229,6 +233,8 @@ enum Command {
         model: chat::ModelArgs,
         /// The user's message.
         message: String,
+        #[command(flatten)]
+        tamper: tamper::WriterArgs,
     },
     /// Serve the message-control HTTP API over a store (one writer for any
     /// number of clients) until SIGTERM or SIGINT.
@@ -301,6 +307,8 @@ enum Command {
         /// files.
         #[arg(long)]
         create_in_nonempty: bool,
+        #[command(flatten)]
+        tamper: tamper::WriterArgs,
     },
     /// Show a readable timeline of a conversation, or every conversation of
     /// the store.
@@ -437,9 +445,10 @@ fn run(command: Command) -> Result<(), shell::Failure> {
             durability,
             interval_ms,
             create_in_nonempty,
+            tamper,
         } => {
             let durability = durability_of(durability, interval_ms);
-            append::append(&store, durability, create_in_nonempty)
+            append::append(&store, durability, create_in_nonempty, &tamper)
         }
         Command::Dump {
             store,
@@ -528,6 +537,7 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
             entries,
             continue_run,
             model,
+            tamper,
         } => resume::dispatch(
             &store,
             &conversation,
@@ -536,6 +546,7 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
             entries,
             continue_run,
             model,
+            &tamper,
         ),
         Command::Chat {
             store,
@@ -544,12 +555,14 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
             prompt,
             model,
             message,
+            tamper,
         } => chat::chat(
             &store,
             &conversation,
             message,
             chat::Recording { system, prompt },
             model,
+            &tamper,
         ),
         Command::Export {
             store,
@@ -575,6 +588,7 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
             replace,
             item_type,
             create_in_nonempty,
+            tamper,
         } => import::import(
             &store,
             &file,
@@ -582,6 +596,7 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
             import::mode(merge, replace),
             item_type,
             create_in_nonempty,
+            &tamper,
         ),
         Command::CreateContext {
             store,

@@ -53,6 +53,7 @@ pub fn dispatch(
     with_entries: bool,
     continue_run: bool,
     model: crate::chat::ModelArgs,
+    tamper: &crate::tamper::WriterArgs,
 ) -> Result<(), Failure> {
     if continue_run {
         if with_entries {
@@ -62,7 +63,7 @@ pub fn dispatch(
                 "--entries applies to the report, not to --continue",
             );
         }
-        return crate::chat::resume_continue(dir, conversation, evaluation, prompt, model);
+        return crate::chat::resume_continue(dir, conversation, evaluation, prompt, model, tamper);
     }
     if let Some(flag) = model.first_flag() {
         crate::usage_error(

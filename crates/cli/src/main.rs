@@ -509,11 +509,29 @@ fn run(command: Command) -> Result<(), shell::Failure> {
             config,
         })
         .map_err(shell::Failure),
+        Command::Import {
+            store,
+            file,
+            conversation,
+            merge,
+            replace,
+            item_type,
+            create_in_nonempty,
+            tamper,
+        } => import::import(
+            &store,
+            &file,
+            conversation,
+            import::mode(merge, replace),
+            item_type,
+            create_in_nonempty,
+            &tamper,
+        ),
         conversation_command => run_on_conversations(conversation_command),
     }
 }
 
-/// The commands about conversations: resume, chat, export and import,
+/// The commands about conversations: resume, chat and export,
 /// message control, the demo.
 fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
     match command {
@@ -528,6 +546,7 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
         | Command::Backup { .. }
         | Command::Inspect { .. }
         | Command::Serve { .. }
+        | Command::Import { .. }
         | Command::Tail { .. } => unreachable!("run() handles the store and audit commands"),
         Command::Resume {
             store,
@@ -579,24 +598,6 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
             pending,
             curate.as_deref(),
             snapshot_options(format, type_name, documented_only),
-        ),
-        Command::Import {
-            store,
-            file,
-            conversation,
-            merge,
-            replace,
-            item_type,
-            create_in_nonempty,
-            tamper,
-        } => import::import(
-            &store,
-            &file,
-            conversation,
-            import::mode(merge, replace),
-            item_type,
-            create_in_nonempty,
-            &tamper,
         ),
         Command::CreateContext {
             store,

@@ -45,6 +45,7 @@ struct Report<'a> {
 
 /// `convlog resume`: the report, or with `--continue` the evaluation carried
 /// to its end by the agent runner (`chat::resume_continue`).
+#[allow(clippy::too_many_arguments)] // the command's flags, passed on
 pub fn dispatch(
     dir: &Path,
     conversation: &str,

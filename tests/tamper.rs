@@ -675,3 +675,188 @@ fn a_tamper_evident_conversation_store_snapshots_reopens_and_verifies() {
     assert_eq!(checkpoint.lsn, 6);
     tamper::verify(dir.path(), Some(&key()), None, Some(&checkpoint)).unwrap();
 }
+
+#[test]
+fn a_store_signs_a_checkpoint_on_demand_publishes_it_and_calls_the_host() {
+    use convlog::model::{ConversationEntry, Role};
+    use convlog::store::StoreOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let head = outside.path().join("head");
+    let seen = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let recorder = std::sync::Arc::clone(&seen);
+    let tamper = TamperOptions::new(key())
+        .checkpoint_path(&head)
+        .on_checkpoint(move |checkpoint| recorder.lock().push(checkpoint.lsn));
+    let store = convlog::Store::open(dir.path(), StoreOptions::new().tamper(Some(tamper))).unwrap();
+    assert!(store.is_tamper_evident());
+    for sequence in 0..3 {
+        let entry = ConversationEntry::new("e", sequence, Role::User, Some("hi".into()));
+        store.append(&[entry.recorded_in("c")]).unwrap();
+    }
+    let checkpoint = store.checkpoint().unwrap();
+    assert_eq!(checkpoint.lsn, 3);
+    assert_eq!(*seen.lock(), vec![3]);
+    assert_eq!(Checkpoint::load(&head).unwrap(), checkpoint);
+    assert_eq!(key().public().check(&checkpoint), Ok(()));
+    drop(store);
+    tamper::verify(dir.path(), None, Some(&key().public()), Some(&checkpoint)).unwrap();
+
+    // A read-only store cannot sign; a plain store has nothing to sign.
+    let follower = convlog::Store::open_read_only(dir.path(), StoreOptions::new()).unwrap();
+    assert!(!follower.is_tamper_evident());
+    assert!(matches!(follower.checkpoint(), Err(Error::ReadOnly { .. })));
+    let plain_dir = tempfile::tempdir().unwrap();
+    let plain = convlog::Store::open(plain_dir.path(), StoreOptions::new()).unwrap();
+    match plain.checkpoint() {
+        Err(Error::InvalidOption { reason, .. }) => {
+            assert!(reason.contains("not tamper-evident"), "{reason}")
+        }
+        other => panic!("expected InvalidOption, got {other:?}"),
+    }
+}
+
+/// A tamper-evident conversation store with one snapshot; returns the
+/// snapshot file.
+fn store_with_snapshot(dir: &Path) -> PathBuf {
+    use convlog::model::{ConversationEntry, Role};
+    let store = convlog::Store::open(dir, store_options()).unwrap();
+    for sequence in 0..3 {
+        let entry = ConversationEntry::new("e", sequence, Role::User, Some("secret plan".into()));
+        store.append(&[entry.recorded_in("c")]).unwrap();
+    }
+    store.snapshot().unwrap().path
+}
+
+fn store_options() -> convlog::StoreOptions {
+    convlog::StoreOptions::new().tamper(Some(TamperOptions::new(key())))
+}
+
+fn texts(store: &convlog::Store) -> Vec<String> {
+    store
+        .conversation("c")
+        .unwrap()
+        .entries()
+        .filter_map(|entry| entry.content.clone())
+        .collect()
+}
+
+/// Rewrites a snapshot as an attacker who knows the format would: every
+/// "secret plan" in its slices becomes "benign talk", every checksum is
+/// recomputed, and the writer's keyed tag is put back at the end.
+fn edit_snapshot(dir: &Path, path: &Path) {
+    use convlog::storage::FileSystem;
+    use convlog::store::snapshot;
+    let original = std::fs::read(path).unwrap();
+    let tag = original[original.len() - tamper::SNAPSHOT_TAG_BYTES..].to_vec();
+    let loaded = snapshot::load(&FileSystem, path).unwrap();
+    let mut edited = 0;
+    let blobs: Vec<(String, Vec<u8>)> = loaded
+        .conversations
+        .keys()
+        .map(|id| {
+            let mut blob = loaded.read_blob(id).unwrap().unwrap();
+            for at in 0..blob.len().saturating_sub(10) {
+                if &blob[at..at + 11] == b"secret plan" {
+                    blob[at..at + 11].copy_from_slice(b"benign talk");
+                    edited += 1;
+                }
+            }
+            (id.clone(), blob)
+        })
+        .collect();
+    assert!(edited > 0, "the slice holds the text");
+    let host_slices = loaded.host_slices.clone().into_iter().collect();
+    let written = snapshot::write(
+        &FileSystem,
+        dir,
+        loaded.lsn,
+        loaded.binding,
+        loaded.last_frame_offset,
+        blobs.into_iter().map(Ok),
+        host_slices,
+    )
+    .unwrap();
+    assert_eq!(written, path);
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes.extend_from_slice(&tag);
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[test]
+fn an_edited_snapshot_is_named_by_verify_and_ignored_by_an_open_with_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_with_snapshot(dir.path());
+    tamper::verify(dir.path(), Some(&key()), None, None).unwrap();
+    let report = tamper::verify(dir.path(), Some(&key()), None, None).unwrap();
+    assert_eq!(report.snapshots_authenticated, 1);
+    edit_snapshot(dir.path(), &path);
+
+    // Every checksum holds: the ordinary checks pass, and a reader without
+    // the key is served the edited text from the snapshot.
+    convlog::store::verify(dir.path(), &mut |_| {}).unwrap();
+    let blind = convlog::Store::open_read_only(dir.path(), convlog::StoreOptions::new()).unwrap();
+    assert_eq!(texts(&blind), vec!["benign talk"; 3]);
+    drop(blind);
+
+    // With the key, verify names it.
+    let (kind, lsn, file, detail) = tampering(dir.path(), None);
+    assert_eq!(kind, TamperKind::SnapshotChanged);
+    assert_eq!(lsn, 4);
+    assert_eq!(file, path);
+    assert!(detail.contains("keyed tag"), "{detail}");
+
+    // Opening with the key ignores it and replays the log: the true text.
+    for read_only in [false, true] {
+        let store = if read_only {
+            convlog::Store::open_read_only(dir.path(), store_options()).unwrap()
+        } else {
+            convlog::Store::open(dir.path(), store_options()).unwrap()
+        };
+        assert_eq!(texts(&store), vec!["secret plan"; 3]);
+        let skipped = &store.open_report().skipped_snapshots;
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert_eq!(skipped[0].0, path);
+        assert!(skipped[0].1.contains("tampered"), "{:?}", skipped[0].1);
+    }
+}
+
+#[test]
+fn a_snapshot_without_its_tag_or_under_another_key_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = store_with_snapshot(dir.path());
+    let original = std::fs::read(&path).unwrap();
+    // The tag cut off: the file is a well-formed plain snapshot.
+    std::fs::write(
+        &path,
+        &original[..original.len() - tamper::SNAPSHOT_TAG_BYTES],
+    )
+    .unwrap();
+    let (kind, _, _, detail) = tampering(dir.path(), None);
+    assert_eq!(kind, TamperKind::SnapshotChanged);
+    assert!(detail.contains("carries no keyed tag"), "{detail}");
+    // Tagged by another key: the tag of another tamper-evident store's
+    // snapshot at the same LSN, with another key, put on this one.
+    let other_dir = tempfile::tempdir().unwrap();
+    let other_path = {
+        use convlog::model::{ConversationEntry, Role};
+        let options = convlog::StoreOptions::new()
+            .tamper(Some(TamperOptions::new(TamperKey::from_seed([0x11; 32]))));
+        let store = convlog::Store::open(other_dir.path(), options).unwrap();
+        for sequence in 0..3 {
+            let entry = ConversationEntry::new("e", sequence, Role::User, Some("x".into()));
+            store.append(&[entry.recorded_in("c")]).unwrap();
+        }
+        store.snapshot().unwrap().path
+    };
+    let other = std::fs::read(other_path).unwrap();
+    let mut forged = original[..original.len() - tamper::SNAPSHOT_TAG_BYTES].to_vec();
+    forged.extend_from_slice(&other[other.len() - tamper::SNAPSHOT_TAG_BYTES..]);
+    std::fs::write(&path, &forged).unwrap();
+    let (kind, _, _, detail) = tampering(dir.path(), None);
+    assert_eq!(kind, TamperKind::SnapshotChanged);
+    assert!(detail.contains("does not authenticate"), "{detail}");
+    // Put back, it verifies again.
+    std::fs::write(&path, &original).unwrap();
+    tamper::verify(dir.path(), Some(&key()), None, None).unwrap();
+}

@@ -491,6 +491,11 @@ impl Log {
         Ok(checkpoint)
     }
 
+    /// Whether the log is tamper-evident (written with a key).
+    pub fn is_tamper_evident(&self) -> bool {
+        self.writer.tamper().is_some()
+    }
+
     /// The durability appends get by default.
     pub fn durability(&self) -> Durability {
         self.durability

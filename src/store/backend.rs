@@ -166,6 +166,37 @@ impl Backend {
     pub(crate) fn sync(&self) -> Result<()> {
         self.writer("sync")?.sync()
     }
+
+    /// Signs a checkpoint of a tamper-evident segment log
+    /// ([`Log::checkpoint`]): `Error::ReadOnly` for a follower,
+    /// `Error::InvalidOption` for a store on another log or one without
+    /// tamper evidence.
+    pub(crate) fn checkpoint(&self) -> Result<crate::tamper::Checkpoint> {
+        self.writer("checkpoint")?;
+        match self
+            .segment
+            .as_ref()
+            .and_then(|segment| segment.writer.as_ref())
+        {
+            Some(log) => log.checkpoint(),
+            None => Err(Error::InvalidOption {
+                option: "LogOptions::tamper",
+                reason: format!(
+                    "store {} runs on a log other than the segment log: tamper evidence and its checkpoints need the segment log",
+                    self.dir.display()
+                ),
+            }),
+        }
+    }
+
+    /// Whether the store's log is a tamper-evident segment log this
+    /// process writes (one [`Backend::checkpoint`] can sign).
+    pub(crate) fn is_tamper_evident(&self) -> bool {
+        self.segment
+            .as_ref()
+            .and_then(|segment| segment.writer.as_ref())
+            .is_some_and(|log| log.is_tamper_evident())
+    }
 }
 
 impl std::fmt::Debug for Backend {

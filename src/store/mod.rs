@@ -179,6 +179,26 @@ impl Store {
         self.log.sync()
     }
 
+    /// Signs a checkpoint now (`docs/tamper.md`): makes everything
+    /// appended so far durable, signs (store identity, last LSN, chain
+    /// digest) with the store's tamper key, writes it to the
+    /// [`TamperOptions::checkpoint_path`](crate::tamper::TamperOptions::checkpoint_path)
+    /// and calls the [`on_checkpoint`](crate::tamper::TamperOptions::on_checkpoint)
+    /// callback given in `StoreOptions::log(LogOptions::new().tamper(..))`,
+    /// and returns it. The same as [`Log::checkpoint`](crate::log::Log::checkpoint)
+    /// for a store. Fails with `Error::InvalidOption` for a store without
+    /// tamper evidence (or on a log other than the segment log), and with
+    /// `Error::ReadOnly` for a read-only store.
+    pub fn checkpoint(&self) -> Result<crate::tamper::Checkpoint> {
+        self.log.checkpoint()
+    }
+
+    /// Whether this store is tamper-evident and this handle writes it (so
+    /// [`Store::checkpoint`] can sign).
+    pub fn is_tamper_evident(&self) -> bool {
+        self.log.is_tamper_evident()
+    }
+
     /// What opening the store did.
     pub fn open_report(&self) -> &OpenReport {
         &self.open_report

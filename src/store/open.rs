@@ -52,7 +52,12 @@ impl Store {
         let mut report = OpenReport::default();
         sync_snapshot_dir(storage.as_ref(), &dir)?;
         check_log_present(storage.as_ref(), &dir)?;
-        let candidates = load_candidates(storage.as_ref(), &dir, &mut report)?;
+        let candidates = load_candidates(
+            storage.as_ref(),
+            &dir,
+            options.log.tamper.as_ref().map(|tamper| &*tamper.key),
+            &mut report,
+        )?;
         let (log, known_chain) = open_log(&dir, &options.log, &candidates)?;
         remove_snapshot_leftovers(storage.as_ref(), &dir)?;
         report.recovery = log.recovery_report().clone();
@@ -124,7 +129,12 @@ impl Store {
             log.claim_writer()?;
             sync_snapshot_dir(storage.as_ref(), &dir)?;
         }
-        let candidates = load_candidates(storage.as_ref(), &dir, &mut report)?;
+        let candidates = load_candidates(
+            storage.as_ref(),
+            &dir,
+            options.log.tamper.as_ref().map(|tamper| &*tamper.key),
+            &mut report,
+        )?;
         if log.is_writable() {
             remove_snapshot_leftovers(storage.as_ref(), &dir)?;
         }
@@ -341,16 +351,30 @@ pub(super) fn check_log_present(storage: &dyn Storage, dir: &Path) -> Result<()>
 
 /// Loads every snapshot of the store at `dir` (newest first) whose header
 /// and directory check out; the others are skipped in `report`.
+///
+/// With a tamper key (`docs/tamper.md`), a snapshot whose keyed tag is
+/// missing or does not authenticate it is skipped too: the log, which the
+/// key vouches for, is replayed instead.
 pub(super) fn load_candidates(
     storage: &dyn Storage,
     dir: &Path,
+    key: Option<&crate::tamper::TamperKey>,
     report: &mut OpenReport,
 ) -> Result<Vec<LoadedSnapshot>> {
     let listed = snapshot::list(storage, dir)?;
     let mut candidates = Vec::new();
     for (_, path) in listed {
         match snapshot::load(storage, &path) {
-            Ok(loaded) => candidates.push(loaded),
+            Ok(loaded) => match key.map(|key| snapshot::check_tag(storage, &path, key)) {
+                Some(Err((offset, reason))) => skip_snapshot(
+                    report,
+                    path,
+                    format!(
+                        "tampered: {reason} (byte {offset}); ignored, the log is replayed instead"
+                    ),
+                ),
+                _ => candidates.push(loaded),
+            },
             Err(error) => skip_snapshot(report, path, damaged_reason(&error)),
         }
     }

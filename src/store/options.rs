@@ -192,6 +192,15 @@ impl StoreOptions {
         self
     }
 
+    /// Sets tamper evidence ([`LogOptions::tamper`], `docs/tamper.md`):
+    /// the key, where checkpoints are published, how often, and the
+    /// host's callback for each ([`Store::checkpoint`] signs one on
+    /// demand). `None` leaves the log without a key.
+    pub fn tamper(mut self, tamper: Option<crate::tamper::TamperOptions>) -> StoreOptions {
+        self.log.tamper = tamper;
+        self
+    }
+
     /// Sets how many snapshot files to keep (the newest; 0 counts as 1).
     pub fn snapshots_kept(mut self, snapshots_kept: usize) -> StoreOptions {
         self.snapshots_kept = snapshots_kept;

@@ -36,10 +36,11 @@ pub const READ_ONLY_RESTARTS_MAX: usize = 3;
 /// then the log after the snapshot indexed. Writes nothing.
 pub(super) fn follow(
     backend: &Backend,
+    key: Option<&crate::tamper::TamperKey>,
     hosts: Vec<(TypeId, HostSlot)>,
 ) -> Result<(Started, OpenReport)> {
     let mut report = OpenReport::default();
-    let candidates = load_candidates(backend.storage().as_ref(), backend.dir(), &mut report)?;
+    let candidates = load_candidates(backend.storage().as_ref(), backend.dir(), key, &mut report)?;
     let started = start_from_snapshot(backend, candidates, None, hosts, &mut report)?;
     Ok((started, report))
 }
@@ -155,7 +156,12 @@ impl Store {
             },
             ..OpenReport::default()
         };
-        let candidates = load_candidates(storage.as_ref(), &dir, &mut report)?;
+        let candidates = load_candidates(
+            storage.as_ref(),
+            &dir,
+            options.log.tamper.as_ref().map(|tamper| &*tamper.key),
+            &mut report,
+        )?;
         let segment = SegmentHandles {
             reader,
             writer: None,
@@ -316,7 +322,8 @@ impl StoreCore {
                 )
             })
             .collect();
-        let (followed, report) = follow(&self.log, hosts)?;
+        let key = self.options.log.tamper.as_ref().map(|tamper| &*tamper.key);
+        let (followed, report) = follow(&self.log, key, hosts)?;
         let next_lsn = followed.tail.next_lsn();
         tracing::info!(
             store = %self.log.dir().display(),

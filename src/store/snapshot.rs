@@ -203,6 +203,7 @@ pub fn list(storage: &dyn Storage, dir: &Path) -> Result<Vec<(Lsn, PathBuf)>> {
 ///
 /// `last_frame_offset`: the byte offset of the frame ending at `lsn - 1` in
 /// its segment, if known (see [`LoadedSnapshot::last_frame_offset`]).
+#[cfg(any(test, feature = "testing"))]
 pub fn write(
     storage: &dyn Storage,
     dir: &Path,
@@ -212,6 +213,35 @@ pub fn write(
     conversations: impl Iterator<Item = Result<(String, Vec<u8>)>>,
     host_slices: Vec<(String, Vec<u8>)>,
 ) -> Result<PathBuf> {
+    write_tagged(
+        storage,
+        dir,
+        lsn,
+        binding,
+        last_frame_offset,
+        conversations,
+        host_slices,
+        None,
+    )
+}
+
+/// [`write`], and with `key` (a tamper-evident store, `docs/tamper.md`)
+/// the file ends in a keyed tag
+/// ([`SNAPSHOT_TAG_BYTES`](crate::tamper::SNAPSHOT_TAG_BYTES)) over every
+/// byte before it, which [`check_tag`] checks.
+#[allow(clippy::too_many_arguments)]
+pub fn write_tagged(
+    storage: &dyn Storage,
+    dir: &Path,
+    lsn: Lsn,
+    binding: SnapshotBinding,
+    last_frame_offset: Option<u32>,
+    conversations: impl Iterator<Item = Result<(String, Vec<u8>)>>,
+    host_slices: Vec<(String, Vec<u8>)>,
+    key: Option<&crate::tamper::TamperKey>,
+) -> Result<PathBuf> {
+    // The digest of the bytes between the header and the tag, as written.
+    let mut body = key.map(|_| blake3::Hasher::new());
     let snapshots = dir.join(SNAPSHOT_DIR);
     if !storage.exists(&snapshots) {
         storage
@@ -244,6 +274,9 @@ pub fn write(
             },
         ));
         offset += blob.len() as u64;
+        if let Some(body) = body.as_mut() {
+            body.update(&blob);
+        }
         buffer.extend_from_slice(&blob);
         if buffer.len() >= 1 << 20 {
             file.write_all_at(&buffer, buffer_offset)
@@ -258,9 +291,13 @@ pub fn write(
             reason: format!("cannot encode the snapshot directory: {reason}"),
         })?;
     buffer.extend_from_slice(&directory_bytes);
+    let header = encode_header(lsn, binding, last_frame_offset, offset, &directory_bytes);
+    if let (Some(key), Some(mut body)) = (key, body) {
+        body.update(&directory_bytes);
+        buffer.extend_from_slice(&key.snapshot_tag(&header, body.finalize().as_bytes()));
+    }
     file.write_all_at(&buffer, buffer_offset)
         .map_err(Error::io("write snapshot", &temporary))?;
-    let header = encode_header(lsn, binding, last_frame_offset, offset, &directory_bytes);
     file.write_all_at(&header, 0)
         .map_err(Error::io("write snapshot header", &temporary))?;
     file.sync_all()
@@ -409,6 +446,64 @@ pub fn load(storage: &dyn Storage, path: &Path) -> Result<LoadedSnapshot> {
         last_frame: None,
         file,
     })
+}
+
+/// Checks a snapshot file's keyed tag with `key` (`docs/tamper.md`):
+/// `Err((offset, reason))` when the file carries none, or one that does
+/// not authenticate every byte before it (an edit, even with every CRC
+/// recomputed). Reads the whole file.
+pub fn check_tag(
+    storage: &dyn Storage,
+    path: &Path,
+    key: &crate::tamper::TamperKey,
+) -> std::result::Result<(), (u64, String)> {
+    use crate::tamper::SNAPSHOT_TAG_BYTES;
+    let unreadable = |error: std::io::Error| (0, format!("it cannot be read: {error}"));
+    let file = storage.open_read(path).map_err(unreadable)?;
+    let size = file.size_bytes().map_err(unreadable)?;
+    let mut header = [0u8; SNAPSHOT_HEADER_BYTES];
+    if size < SNAPSHOT_HEADER_BYTES as u64
+        || file.read_at(&mut header, 0).map_err(unreadable)? != SNAPSHOT_HEADER_BYTES
+    {
+        return Err((0, "its header is cut short".to_string()));
+    }
+    let tag_offset = field_u64(&header, DIRECTORY_OFFSET_OFFSET)
+        .checked_add(field_u64(&header, DIRECTORY_BYTES_OFFSET))
+        .filter(|end| *end >= SNAPSHOT_HEADER_BYTES as u64 && *end <= size)
+        .ok_or_else(|| {
+            (
+                0,
+                "its header places the directory outside the file".to_string(),
+            )
+        })?;
+    if size != tag_offset + SNAPSHOT_TAG_BYTES as u64 {
+        let reason = if size == tag_offset {
+            "it carries no keyed tag after its directory".to_string()
+        } else {
+            format!(
+                "it is {size} bytes: its directory ends at byte {tag_offset}, which a keyed tag of {SNAPSHOT_TAG_BYTES} bytes must follow to the end"
+            )
+        };
+        return Err((tag_offset, reason));
+    }
+    let mut body = blake3::Hasher::new();
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut at = SNAPSHOT_HEADER_BYTES as u64;
+    while at < tag_offset {
+        let want = chunk.len().min((tag_offset - at) as usize);
+        let read = file.read_at(&mut chunk[..want], at).map_err(unreadable)?;
+        if read == 0 {
+            return Err((at, "it is cut short".to_string()));
+        }
+        body.update(&chunk[..read]);
+        at += read as u64;
+    }
+    let mut trailer = [0u8; SNAPSHOT_TAG_BYTES];
+    if file.read_at(&mut trailer, tag_offset).map_err(unreadable)? != SNAPSHOT_TAG_BYTES {
+        return Err((tag_offset, "its keyed tag is cut short".to_string()));
+    }
+    key.check_snapshot_tag(&header, body.finalize().as_bytes(), &trailer)
+        .map_err(|reason| (tag_offset, reason))
 }
 
 /// Checks a snapshot completely: header, directory, and every blob (which

@@ -209,7 +209,9 @@ impl StoreCore {
             .reader()
             .and_then(|_| self.state.read().frame_ending_before(lsn))
             .and_then(|position| u32::try_from(position.offset).ok());
-        let path = snapshot::write(
+        // A tamper-evident store's snapshots carry a keyed tag (docs/tamper.md).
+        let key = self.options.log.tamper.as_ref().map(|tamper| &*tamper.key);
+        let path = snapshot::write_tagged(
             storage.as_ref(),
             self.log.dir(),
             lsn,
@@ -217,6 +219,7 @@ impl StoreCore {
             last_frame_offset,
             blobs,
             host_slices,
+            key,
         )?;
         let loaded = Arc::new(snapshot::load(storage.as_ref(), &path)?);
         {

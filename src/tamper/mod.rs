@@ -55,6 +55,15 @@ const CHAIN_DOMAIN: &[u8] = b"convlog frame chain v1\0";
 const TAG_DOMAIN: &[u8] = b"convlog frame tag v1\0";
 const ROTATION_DOMAIN: &[u8] = b"convlog key rotation v1\0";
 const CHECKPOINT_DOMAIN: &[u8] = b"convlog checkpoint v1\0";
+const SNAPSHOT_TAG_DOMAIN: &[u8] = b"convlog snapshot tag v1\0";
+
+/// Magic bytes of a snapshot file's keyed tag (`docs/format.md`, 13).
+pub const SNAPSHOT_TAG_MAGIC: [u8; 8] = *b"CVLSNTAG";
+/// Bytes of a snapshot file's keyed tag, after its directory: the magic,
+/// the key's epoch (`u32`), 4 reserved zero bytes, and the 32-byte
+/// BLAKE3-keyed tag over the header and the digest of everything between
+/// the header and the tag.
+pub const SNAPSHOT_TAG_BYTES: usize = 48;
 
 /// A chain digest (BLAKE3, 32 bytes).
 pub type Digest = [u8; CHAIN_DIGEST_BYTES];
@@ -98,6 +107,9 @@ pub enum TamperKind {
     /// A frame tagged with a key that an earlier frame had already
     /// rotated away from.
     RetiredKey,
+    /// A snapshot file whose keyed tag is missing or does not authenticate
+    /// it: it was edited (or written without the key).
+    SnapshotChanged,
 }
 
 impl fmt::Display for TamperKind {
@@ -115,6 +127,7 @@ impl fmt::Display for TamperKind {
             TamperKind::Stripped => "stripped tamper evidence",
             TamperKind::ForgedCheckpoint => "forged checkpoint",
             TamperKind::RetiredKey => "retired key used",
+            TamperKind::SnapshotChanged => "changed snapshot",
         })
     }
 }
@@ -315,6 +328,47 @@ impl TamperKey {
         tag_with(newest, rotated_from, lsn, digest)
     }
 
+    /// The keyed tag a snapshot file ends with, by the newest key: over
+    /// its header and the BLAKE3 digest of its bytes between the header
+    /// and the tag ([`SNAPSHOT_TAG_BYTES`]).
+    pub(crate) fn snapshot_tag(&self, header: &[u8], body: &Digest) -> [u8; SNAPSHOT_TAG_BYTES] {
+        let newest = self.newest();
+        let mut trailer = [0u8; SNAPSHOT_TAG_BYTES];
+        trailer[..8].copy_from_slice(&SNAPSHOT_TAG_MAGIC);
+        trailer[8..12].copy_from_slice(&newest.epoch.to_le_bytes());
+        trailer[16..].copy_from_slice(&snapshot_tag_with(newest, header, body));
+        trailer
+    }
+
+    /// Checks a snapshot file's tag (see [`TamperKey::snapshot_tag`]);
+    /// `Err` says why it does not authenticate the file.
+    pub(crate) fn check_snapshot_tag(
+        &self,
+        header: &[u8],
+        body: &Digest,
+        trailer: &[u8],
+    ) -> std::result::Result<(), String> {
+        if trailer.len() != SNAPSHOT_TAG_BYTES || trailer[..8] != SNAPSHOT_TAG_MAGIC {
+            return Err("it carries no keyed tag after its directory".to_string());
+        }
+        let epoch = u32::from_le_bytes(trailer[8..12].try_into().expect("4 bytes"));
+        if trailer[12..16] != [0; 4] {
+            return Err("its tag's reserved bytes are not 0".to_string());
+        }
+        let Some(key) = self.key(epoch) else {
+            return Err(format!(
+                "it is tagged with the key of epoch {epoch}, which the key file does not hold (it holds epochs {:?})",
+                self.epochs()
+            ));
+        };
+        if snapshot_tag_with(key, header, body)[..] != trailer[16..] {
+            return Err(format!(
+                "its keyed tag (epoch {epoch}) does not authenticate its bytes: the file was changed after the writer tagged it"
+            ));
+        }
+        Ok(())
+    }
+
     /// Signs a checkpoint with the newest key.
     pub fn sign(&self, store_id: StoreId, lsn: Lsn, digest: Digest) -> Checkpoint {
         let newest = self.newest();
@@ -346,6 +400,16 @@ fn tag_with(key: &EpochKey, rotated_from: Option<&EpochKey>, lsn: Lsn, digest: &
         tag.copy_from_slice(&hasher.finalize().as_bytes()[..FRAME_TAG_BYTES]);
     }
     tag
+}
+
+fn snapshot_tag_with(key: &EpochKey, header: &[u8], body: &Digest) -> [u8; 32] {
+    let mut hasher = blake3::Hasher::new_keyed(&key.tag_key);
+    hasher.update(SNAPSHOT_TAG_DOMAIN);
+    hasher.update(&key.epoch.to_le_bytes());
+    hasher.update(&(header.len() as u64).to_le_bytes());
+    hasher.update(header);
+    hasher.update(body);
+    *hasher.finalize().as_bytes()
 }
 
 /// The public keys of a key file's epochs: enough to check checkpoints'

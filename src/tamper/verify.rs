@@ -21,6 +21,9 @@ pub struct TamperReport {
     pub log: crate::log::VerifyReport,
     /// Frames whose tag the key authenticated (0 without the secret key).
     pub frames_authenticated: u64,
+    /// Snapshot files whose keyed tag the key authenticated (0 without the
+    /// secret key: a public key cannot check them).
+    pub snapshots_authenticated: usize,
     /// The key epochs the log's frames use, each with the first LSN it
     /// tagged, in log order (a rotation is an epoch change).
     pub epochs: Vec<(u32, Lsn)>,
@@ -98,8 +101,13 @@ pub fn verify(
     if let Some(checkpoint) = checkpoint {
         check_reaches(&place, &log, &entries, checkpoint, walked.checkpoint_digest)?;
     }
+    let snapshots_authenticated = match key {
+        Some(key) => check_snapshots(&place, key)?,
+        None => 0,
+    };
     Ok(TamperReport {
         log,
+        snapshots_authenticated,
         frames_authenticated: walked.authenticated,
         epochs: walked.epochs,
         checkpoint_lsn: checkpoint.map(|checkpoint| checkpoint.lsn),
@@ -132,6 +140,28 @@ impl Place<'_> {
             detail,
         }
     }
+}
+
+/// Every snapshot file's keyed tag (`crate::store::snapshot::check_tag`):
+/// a snapshot edited, even with its checksums recomputed, or one without a
+/// tag, is `SnapshotChanged`. Returns how many were checked.
+fn check_snapshots(place: &Place<'_>, key: &TamperKey) -> Result<usize> {
+    let storage = FileSystem;
+    let listed = crate::store::snapshot::list(&storage, place.dir)?;
+    for (lsn, path) in &listed {
+        if let Err((offset, reason)) = crate::store::snapshot::check_tag(&storage, path, key) {
+            return Err(place.tampered(
+                TamperKind::SnapshotChanged,
+                *lsn,
+                path,
+                offset,
+                format!(
+                    "the snapshot covering the events before LSN {lsn} is not the one the writer wrote: {reason}"
+                ),
+            ));
+        }
+    }
+    Ok(listed.len())
 }
 
 /// A checkpoint's signature and identity: they say which store this is

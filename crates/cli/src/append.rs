@@ -19,12 +19,18 @@ pub const PERIODIC_INTERVAL_MS_DEFAULT: u64 = 100;
 const REJECTED_LINES_LISTED_MAX: usize = 10;
 
 /// `convlog append STORE`.
-pub fn append(dir: &Path, durability: Durability, create_in_nonempty: bool) -> Result<(), Failure> {
+pub fn append(
+    dir: &Path,
+    durability: Durability,
+    create_in_nonempty: bool,
+    tamper: &crate::tamper::WriterArgs,
+) -> Result<(), Failure> {
     let store = open_store(
         dir,
         StoreOptions::new()
             .durability(durability)
-            .create_in_nonempty_dir(create_in_nonempty),
+            .create_in_nonempty_dir(create_in_nonempty)
+            .tamper(tamper.options()?),
     )?;
     let mut appender = Appender {
         store,
@@ -52,6 +58,9 @@ pub fn append(dir: &Path, durability: Durability, create_in_nonempty: bool) -> R
             }
         }
     }
+    // The checkpoint covers every line appended, also when some were
+    // rejected.
+    tamper.finish(&appender.store)?;
     rejected_summary(&rejected, appender.appended_lines)
 }
 

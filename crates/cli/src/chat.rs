@@ -204,16 +204,23 @@ pub fn chat(
     message: String,
     recording: Recording,
     args: ModelArgs,
+    tamper: &crate::tamper::WriterArgs,
 ) -> Result<(), Failure> {
     let config = client_config("chat", &args)?;
-    let store = open_store(dir, StoreOptions::new())?;
+    let store = Arc::new(open_store(
+        dir,
+        StoreOptions::new().tamper(tamper.options()?),
+    )?);
     let job = Job {
-        store: Arc::new(store),
+        store: Arc::clone(&store),
         config,
         recording,
         args,
     };
-    runtime()?.block_on(job.execute(conversation, Some(message), None))
+    let outcome = runtime()?.block_on(job.execute(conversation, Some(message), None));
+    // What the run recorded is signed also when it stopped on an error.
+    let signed = tamper.finish(&store);
+    outcome.and(signed)
 }
 
 /// `convlog resume STORE --conversation ID --continue --provider P --model M`.
@@ -223,12 +230,16 @@ pub fn resume_continue(
     evaluation: Option<String>,
     prompt: Option<PromptIdentity>,
     args: ModelArgs,
+    tamper: &crate::tamper::WriterArgs,
 ) -> Result<(), Failure> {
     let config = client_config("resume", &args)?;
     existing_store(dir)?;
-    let store = open_store(dir, StoreOptions::new())?;
+    let store = Arc::new(open_store(
+        dir,
+        StoreOptions::new().tamper(tamper.options()?),
+    )?);
     let job = Job {
-        store: Arc::new(store),
+        store: Arc::clone(&store),
         config,
         recording: Recording {
             system: None,
@@ -236,7 +247,9 @@ pub fn resume_continue(
         },
         args,
     };
-    runtime()?.block_on(job.execute(conversation, None, Some(evaluation)))
+    let outcome = runtime()?.block_on(job.execute(conversation, None, Some(evaluation)));
+    let signed = tamper.finish(&store);
+    outcome.and(signed)
 }
 
 /// The async runtime the agent runner runs on (two workers).

@@ -50,6 +50,7 @@ pub fn import(
     mode: ImportMode,
     item_type: Option<String>,
     create_in_nonempty: bool,
+    tamper: &crate::tamper::WriterArgs,
 ) -> Result<(), Failure> {
     let text = read_document(file)?;
     let mut options = ImportOptions::new().mode(mode);
@@ -61,7 +62,9 @@ pub fn import(
         .map_err(|error| Failure(format!("{}: {error}; nothing was imported", file.display())))?;
     let store = open_store(
         dir,
-        StoreOptions::new().create_in_nonempty_dir(create_in_nonempty),
+        StoreOptions::new()
+            .create_in_nonempty_dir(create_in_nonempty)
+            .tamper(tamper.options()?),
     )?;
     let report = interop::import(&store, &text, &options).map_err(|error| match error {
         ImportError::NotEmpty { .. } => Failure(format!(
@@ -125,5 +128,5 @@ pub fn import(
             format!("{calls} (latest evaluation {})", state.evaluation_id),
         );
     }
-    Ok(())
+    tamper.finish(&store)
 }

@@ -80,6 +80,8 @@ enum Command {
         /// directory).
         #[arg(long)]
         create_in_nonempty: bool,
+        #[command(flatten)]
+        tamper: tamper::WriterArgs,
     },
     /// Print every event as one JSON line with its "lsn", in LSN order.
     #[command(after_help = help::DUMP_HELP)]
@@ -211,6 +213,8 @@ enum Command {
         continue_run: bool,
         #[command(flatten)]
         model: chat::ModelArgs,
+        #[command(flatten)]
+        tamper: tamper::WriterArgs,
     },
     /// Run one evaluation of a conversation against a model provider (with
     /// the tools of MCP servers) and print what it recorded.
@@ -233,6 +237,8 @@ enum Command {
         model: chat::ModelArgs,
         /// The user's message.
         message: String,
+        #[command(flatten)]
+        tamper: tamper::WriterArgs,
     },
     /// Serve the message-control HTTP API over a store (one writer for any
     /// number of clients) until SIGTERM or SIGINT.
@@ -305,6 +311,8 @@ enum Command {
         /// files.
         #[arg(long)]
         create_in_nonempty: bool,
+        #[command(flatten)]
+        tamper: tamper::WriterArgs,
     },
     /// Show a readable timeline of a conversation, or every conversation of
     /// the store.
@@ -443,9 +451,10 @@ fn run(command: Command) -> Result<(), shell::Failure> {
             durability,
             interval_ms,
             create_in_nonempty,
+            tamper,
         } => {
             let durability = durability_of(durability, interval_ms);
-            append::append(&store, durability, create_in_nonempty)
+            append::append(&store, durability, create_in_nonempty, &tamper)
         }
         Command::Dump {
             store,
@@ -511,11 +520,29 @@ fn run(command: Command) -> Result<(), shell::Failure> {
             config,
         })
         .map_err(shell::Failure),
+        Command::Import {
+            store,
+            file,
+            conversation,
+            merge,
+            replace,
+            item_type,
+            create_in_nonempty,
+            tamper,
+        } => import::import(
+            &store,
+            &file,
+            conversation,
+            import::mode(merge, replace),
+            item_type,
+            create_in_nonempty,
+            &tamper,
+        ),
         conversation_command => run_on_conversations(conversation_command),
     }
 }
 
-/// The commands about conversations: resume, chat, export and import,
+/// The commands about conversations: resume, chat and export,
 /// message control, the demo.
 fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
     match command {
@@ -530,6 +557,7 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
         | Command::Backup { .. }
         | Command::Inspect { .. }
         | Command::Serve { .. }
+        | Command::Import { .. }
         | Command::Tail { .. } => unreachable!("run() handles the store and audit commands"),
         Command::Resume {
             store,
@@ -539,6 +567,7 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
             entries,
             continue_run,
             model,
+            tamper,
         } => resume::dispatch(
             &store,
             &conversation,
@@ -547,6 +576,7 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
             entries,
             continue_run,
             model,
+            &tamper,
         ),
         Command::Chat {
             store,
@@ -555,12 +585,14 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
             prompt,
             model,
             message,
+            tamper,
         } => chat::chat(
             &store,
             &conversation,
             message,
             chat::Recording { system, prompt },
             model,
+            &tamper,
         ),
         Command::Export {
             store,
@@ -577,22 +609,6 @@ fn run_on_conversations(command: Command) -> Result<(), shell::Failure> {
             pending,
             curate.as_deref(),
             snapshot_options(format, type_name, documented_only),
-        ),
-        Command::Import {
-            store,
-            file,
-            conversation,
-            merge,
-            replace,
-            item_type,
-            create_in_nonempty,
-        } => import::import(
-            &store,
-            &file,
-            conversation,
-            import::mode(merge, replace),
-            item_type,
-            create_in_nonempty,
         ),
         Command::CreateContext {
             store,

@@ -45,6 +45,7 @@ struct Report<'a> {
 
 /// `convlog resume`: the report, or with `--continue` the evaluation carried
 /// to its end by the agent runner (`chat::resume_continue`).
+#[allow(clippy::too_many_arguments)] // the command's flags, passed on
 pub fn dispatch(
     dir: &Path,
     conversation: &str,
@@ -53,6 +54,7 @@ pub fn dispatch(
     with_entries: bool,
     continue_run: bool,
     model: crate::chat::ModelArgs,
+    tamper: &crate::tamper::WriterArgs,
 ) -> Result<(), Failure> {
     if continue_run {
         if with_entries {
@@ -62,7 +64,7 @@ pub fn dispatch(
                 "--entries applies to the report, not to --continue",
             );
         }
-        return crate::chat::resume_continue(dir, conversation, evaluation, prompt, model);
+        return crate::chat::resume_continue(dir, conversation, evaluation, prompt, model, tamper);
     }
     if let Some(flag) = model.first_flag() {
         crate::usage_error(

@@ -80,8 +80,14 @@ pub fn store_key(key_file: Option<&Path>) -> Result<Option<StoreKey>, Failure> {
 /// Opens the store read-only, beside any running writer: no lock, nothing
 /// written. No host reducers: a snapshot taken by a host without them still
 /// serves conversations.
+///
+/// With `CONVLOG_TAMPER_KEY_FILE` set, a snapshot whose keyed tag fails is
+/// ignored (docs/tamper.md): reads come from the log the key vouches for.
 pub fn open_store_read_only(dir: &Path) -> Result<Store, Failure> {
-    let store = Store::open_read_only(dir, StoreOptions::default().encryption(store_key(None)?))?;
+    let options = StoreOptions::default()
+        .encryption(store_key(None)?)
+        .tamper(crate::tamper::WriterArgs::default().options()?);
+    let store = Store::open_read_only(dir, options)?;
     // Catch up now, so a damaged log fails here with its location.
     store.refresh()?;
     Ok(store)
@@ -91,10 +97,17 @@ pub fn open_store_read_only(dir: &Path) -> Result<Store, Failure> {
 /// command registers: [`ContextsReducer`], so the snapshots `convlog
 /// snapshot` writes carry the contexts of `create-context` and a compacted
 /// store still knows them.
+///
+/// A tamper-evident store is written with the key of
+/// `CONVLOG_TAMPER_KEY_FILE` unless `options` carry one (docs/tamper.md).
 pub fn open_store(dir: &Path, options: StoreOptions) -> Result<Store, Failure> {
     let options = match options.encryption {
         Some(_) => options,
         None => options.encryption(store_key(None)?),
+    };
+    let options = match options.log.tamper {
+        Some(_) => options,
+        None => options.tamper(crate::tamper::WriterArgs::default().options()?),
     };
     Ok(StoreBuilder::new(dir)
         .options(options)

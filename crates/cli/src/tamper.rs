@@ -3,9 +3,98 @@
 
 use std::path::{Path, PathBuf};
 
-use convlog::tamper::{Checkpoint, PublicKey, TamperKey};
+use convlog::tamper::{Checkpoint, PublicKey, TamperKey, TamperOptions};
+use convlog::Store;
 
 use crate::shell::{row, Failure};
+
+/// The environment variable naming the tamper key file every command that
+/// writes a store signs with (`--tamper-key` overrides it).
+pub const TAMPER_KEY_FILE_ENV: &str = "CONVLOG_TAMPER_KEY_FILE";
+/// The environment variable naming the checkpoint file (outside the store)
+/// a writing command publishes its checkpoints to (`--checkpoint`
+/// overrides it).
+pub const CHECKPOINT_FILE_ENV: &str = "CONVLOG_TAMPER_CHECKPOINT";
+
+/// How a command that writes a store signs it: `--tamper-key`,
+/// `--checkpoint`, `--checkpoint-every` (docs/tamper.md). The key is
+/// needed to write a tamper-evident store, and creates one when the store
+/// is new.
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct WriterArgs {
+    /// The tamper key file (default: $CONVLOG_TAMPER_KEY_FILE): needed to
+    /// write a tamper-evident store; a new store is created tamper-evident.
+    #[arg(long = "tamper-key", value_name = "KEYFILE")]
+    pub key: Option<PathBuf>,
+    /// Publish a signed checkpoint to FILE (outside the store) when the
+    /// command finishes, and every --checkpoint-every events (default:
+    /// $CONVLOG_TAMPER_CHECKPOINT). Needs the tamper key.
+    #[arg(long, value_name = "FILE")]
+    pub checkpoint: Option<PathBuf>,
+    /// Also sign a checkpoint every N events while the command runs.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub checkpoint_every: Option<u64>,
+}
+
+fn from_env(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from)
+}
+
+impl WriterArgs {
+    /// The tamper options of the flags, or of the environment variables
+    /// for those not given; `None` without a key.
+    pub fn options(&self) -> Result<Option<TamperOptions>, Failure> {
+        let key = self.key.clone().or_else(|| from_env(TAMPER_KEY_FILE_ENV));
+        let checkpoint = self
+            .checkpoint
+            .clone()
+            .or_else(|| from_env(CHECKPOINT_FILE_ENV));
+        let Some(key) = key else {
+            if let Some(checkpoint) = &checkpoint {
+                return Err(Failure(format!(
+                    "a checkpoint file ({}) was given without a tamper key: give --tamper-key KEYFILE or set {TAMPER_KEY_FILE_ENV}",
+                    checkpoint.display()
+                )));
+            }
+            if self.checkpoint_every.is_some() {
+                return Err(Failure(format!(
+                    "--checkpoint-every needs a tamper key: give --tamper-key KEYFILE or set {TAMPER_KEY_FILE_ENV}"
+                )));
+            }
+            return Ok(None);
+        };
+        let mut options = TamperOptions::new(TamperKey::load(&key)?);
+        if let Some(checkpoint) = checkpoint {
+            options = options.checkpoint_path(checkpoint);
+        }
+        if let Some(every) = self.checkpoint_every {
+            options = options.checkpoint_every_events(every);
+        }
+        Ok(Some(options))
+    }
+
+    /// Signs the store's final checkpoint when the command is done, if a
+    /// checkpoint file was given and the store is tamper-evident; says so
+    /// on standard error (standard output is the command's own).
+    pub fn finish(&self, store: &Store) -> Result<(), Failure> {
+        let file = self
+            .checkpoint
+            .clone()
+            .or_else(|| from_env(CHECKPOINT_FILE_ENV));
+        if let (Some(file), true) = (file, store.is_tamper_evident()) {
+            let checkpoint = store.checkpoint()?;
+            eprintln!(
+                "convlog: checkpoint of LSN {} signed (key epoch {}) and written to {}",
+                checkpoint.lsn,
+                checkpoint.epoch,
+                file.display()
+            );
+        }
+        Ok(())
+    }
+}
 
 /// What `verify` checks a tamper-evident store with.
 #[derive(Debug, Default)]
@@ -93,8 +182,8 @@ pub fn verify(dir: &Path, args: &TamperArgs) -> Result<(), Failure> {
         row(
             "tamper",
             format!(
-                "ok: {} frame(s) authenticated by the key{tail}",
-                report.frames_authenticated
+                "ok: {} frame(s) authenticated by the key, {} snapshot(s) by their keyed tag{tail}",
+                report.frames_authenticated, report.snapshots_authenticated
             ),
         );
     } else {

@@ -150,3 +150,132 @@ fn keygen_rotate_keeps_the_old_keys() {
     assert!(output.status.success(), "{}", stderr(&output));
     assert_eq!(TamperKey::load(&new).unwrap().epochs(), vec![0, 1]);
 }
+
+/// Runs `convlog` with `env` set (and the tamper variables otherwise unset).
+fn run_with_env(args: &[&str], stdin: &[u8], env: &[(&str, &Path)]) -> std::process::Output {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut command = Command::new(env!("CARGO_BIN_EXE_convlog"));
+    command
+        .args(args)
+        .env_remove("CONVLOG_LOG")
+        .env_remove("CONVLOG_TAMPER_KEY_FILE")
+        .env_remove("CONVLOG_TAMPER_CHECKPOINT");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start convlog");
+    let mut input = child.stdin.take().expect("stdin is piped");
+    let _ = input.write_all(stdin);
+    drop(input);
+    child.wait_with_output().expect("wait for convlog")
+}
+
+fn lines(from: usize, count: usize) -> Vec<u8> {
+    (from..from + count)
+        .map(|index| {
+            format!(
+                "{{\"type\":\"conversation_recorded\",\"conversation_id\":\"c{index}\",\"entry\":{{\"evaluation_id\":\"e\",\"role\":\"user\",\"content\":\"hi\"}}}}\n"
+            )
+        })
+        .collect::<String>()
+        .into_bytes()
+}
+
+#[test]
+fn append_and_snapshot_write_a_tamper_evident_store_with_the_key_and_sign_checkpoints() {
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("audit.key");
+    assert!(run_convlog(&["keygen", path_arg(&key)], b"")
+        .status
+        .success());
+    let public = keys.path().join("audit.key.pub");
+    let head = keys.path().join("store.head");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+
+    // --tamper-key creates the store tamper-evident; --checkpoint signs at the end.
+    let args = [
+        "append",
+        path_arg(&store),
+        "--tamper-key",
+        path_arg(&key),
+        "--checkpoint",
+        path_arg(&head),
+    ];
+    let output = run_with_env(&args, &lines(0, 3), &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("checkpoint of LSN 3 signed"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(convlog::tamper::Checkpoint::load(&head).unwrap().lsn, 3);
+
+    // Without the key the store refuses to be written, and says how.
+    let output = run_with_env(&["append", path_arg(&store)], &lines(3, 1), &[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("is tamper-evident"),
+        "{}",
+        stderr(&output)
+    );
+    // A checkpoint file without a key is refused.
+    let args = ["append", path_arg(&store), "--checkpoint", path_arg(&head)];
+    let output = run_with_env(&args, &lines(3, 1), &[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("without a tamper key"),
+        "{}",
+        stderr(&output)
+    );
+
+    // The environment variables do the same, for every writing command.
+    let env = [
+        ("CONVLOG_TAMPER_KEY_FILE", key.as_path()),
+        ("CONVLOG_TAMPER_CHECKPOINT", head.as_path()),
+    ];
+    let output = run_with_env(&["append", path_arg(&store)], &lines(3, 2), &env);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(convlog::tamper::Checkpoint::load(&head).unwrap().lsn, 5);
+    let output = run_with_env(&["snapshot", path_arg(&store)], b"", &env);
+    assert!(output.status.success(), "{}", stderr(&output));
+
+    // The whole store, its snapshot included, verifies with the key; the
+    // log up to the checkpoint with the public key alone.
+    let args = [
+        "verify",
+        path_arg(&store),
+        "--key",
+        path_arg(&key),
+        "--head",
+        path_arg(&head),
+    ];
+    let output = run_with_env(&args, b"", &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("5 frame(s) authenticated by the key"),
+        "{}",
+        stdout(&output)
+    );
+    assert!(
+        stdout(&output).contains("1 snapshot(s)"),
+        "{}",
+        stdout(&output)
+    );
+    let args = [
+        "verify",
+        path_arg(&store),
+        "--public",
+        path_arg(&public),
+        "--head",
+        path_arg(&head),
+    ];
+    let output = run_with_env(&args, b"", &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+}

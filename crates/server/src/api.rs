@@ -197,6 +197,44 @@ pub struct ErrorBody {
     pub error: String,
 }
 
+/// `POST /checkpoint`: a checkpoint the server's writer just signed
+/// (docs/tamper.md). `text` is the checkpoint file's content: save it
+/// where the store's writers cannot reach, and check the store against it
+/// with `convlog verify STORE --public KEYFILE.pub --head FILE`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CheckpointResponse {
+    /// The last LSN the checkpoint covers (every event up to it).
+    pub lsn: u64,
+    /// The epoch of the key that signed it.
+    pub epoch: u32,
+    /// The store's identity (hex).
+    pub store_id: String,
+    /// The chain digest after the event at `lsn` (hex).
+    pub digest: String,
+    /// The Ed25519 signature (hex).
+    pub signature: String,
+    /// The checkpoint file, as `convlog verify --head` reads it.
+    #[schema(example = "convlog checkpoint v1\nstore …\nlsn 42\ndigest …\nepoch 0\nsignature …\n")]
+    pub text: String,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+impl From<&convlog::tamper::Checkpoint> for CheckpointResponse {
+    fn from(checkpoint: &convlog::tamper::Checkpoint) -> CheckpointResponse {
+        CheckpointResponse {
+            lsn: checkpoint.lsn,
+            epoch: checkpoint.epoch,
+            store_id: hex(&checkpoint.store_id),
+            digest: hex(&checkpoint.digest),
+            signature: hex(&checkpoint.signature),
+            text: checkpoint.to_text(),
+        }
+    }
+}
+
 /// `GET /health`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {

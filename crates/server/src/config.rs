@@ -28,6 +28,12 @@
 //! [limits]                          # optional
 //! streams_per_user = 8              # event streams one user may hold open (429 beyond)
 //! stream_keepalive_seconds = 15     # keep-alive comment interval of an idle stream
+//!
+//! [tamper]                          # optional: a tamper-evident store (docs/tamper.md)
+//! key_file = "/etc/convlog/audit.key"          # the tamper key (mode 0600, outside the store)
+//! checkpoint_file = "/audit/store.head"        # optional: where checkpoints are published
+//! checkpoint_every_events = 1000               # optional: sign one every N events
+//! auditors = ["alice"]                         # users who may POST /checkpoint
 //! ```
 
 use std::collections::BTreeSet;
@@ -57,6 +63,27 @@ pub struct Config {
     /// Limits that may be changed from their defaults.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// Tamper evidence (`[tamper]`, docs/tamper.md): the key the server
+    /// writes the store with, its checkpoints, and who may ask for one.
+    #[serde(default)]
+    pub tamper: Option<TamperConfig>,
+}
+
+/// `[tamper]`: the server writes a tamper-evident store (docs/tamper.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TamperConfig {
+    /// The tamper key file (mode 0600, outside the store; `convlog keygen`).
+    pub key_file: std::path::PathBuf,
+    /// Where each checkpoint is written (atomically; outside the store).
+    pub checkpoint_file: Option<std::path::PathBuf>,
+    /// Sign a checkpoint every this many events (default: only on
+    /// `POST /checkpoint` and when the server stops).
+    pub checkpoint_every_events: Option<u64>,
+    /// The users who may make a checkpoint (`POST /checkpoint`); others
+    /// get 403.
+    #[serde(default)]
+    pub auditors: Vec<String>,
 }
 
 /// The configurable limits (`[limits]`); each defaults to its named
@@ -167,6 +194,20 @@ impl Config {
             }
             if !users.insert(user.id.as_str()) {
                 return Err(format!("user {:?} is configured twice", user.id));
+            }
+        }
+        if let Some(tamper) = &config.tamper {
+            if tamper.checkpoint_every_events == Some(0) {
+                return Err("tamper.checkpoint_every_events must be at least 1".to_string());
+            }
+            if let Some(auditor) = tamper
+                .auditors
+                .iter()
+                .find(|auditor| !users.contains(auditor.as_str()))
+            {
+                return Err(format!(
+                    "tamper.auditors names {auditor:?}, which is not a configured user"
+                ));
             }
         }
         Ok(config)
@@ -334,6 +375,20 @@ token_env = "BOB"
         );
         let error = Config::parse("[limits]\nstreams = 3\n").unwrap_err();
         assert!(error.contains("unknown field `streams`"), "{error}");
+        let error =
+            Config::parse("[tamper]\nkey_file = \"k\"\nauditors = [\"eve\"]\n").unwrap_err();
+        assert!(
+            error.contains("\"eve\", which is not a configured user"),
+            "{error}"
+        );
+        let error =
+            Config::parse("[tamper]\nkey_file = \"k\"\ncheckpoint_every_events = 0\n").unwrap_err();
+        assert!(
+            error.contains("checkpoint_every_events must be at least 1"),
+            "{error}"
+        );
+        let error = Config::parse("[tamper]\nkey = \"k\"\n").unwrap_err();
+        assert!(error.contains("unknown field `key`"), "{error}");
         let config = Config::parse("[limits]\nstreams_per_user = 3\n").unwrap();
         assert_eq!(config.limits.streams_per_user, 3);
         assert_eq!(

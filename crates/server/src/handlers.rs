@@ -911,6 +911,37 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
     })
 }
 
+/// Sign a checkpoint of the tamper-evident store now and return it
+/// (docs/tamper.md): the users listed in `[tamper] auditors` only (a
+/// server without `[tamper]` has none, so every caller gets 403). It is
+/// also written to the configured `checkpoint_file`.
+#[utoipa::path(post, path = "/checkpoint", tag = "operations",
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The signed checkpoint", body = CheckpointResponse),
+        (status = 401, description = "No or invalid token", body = ErrorBody),
+        (status = 403, description = "The caller is not an auditor", body = ErrorBody),
+    ))]
+pub async fn checkpoint(
+    State(state): State<Arc<AppState>>,
+    caller: Caller,
+) -> Result<Json<CheckpointResponse>, ApiError> {
+    if !state.auditors.contains(&caller.0) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "User {:?} may not make checkpoints: only the users in [tamper] auditors may",
+                caller.0
+            ),
+        ));
+    }
+    blocking(move || {
+        let checkpoint = state.store.checkpoint()?;
+        Ok(Json(CheckpointResponse::from(&checkpoint)))
+    })
+    .await
+}
+
 /// Whether `kind` is a custom-event kind only the server writes (context
 /// creation, visibility and metadata): a client appending one could take
 /// over or change a context.

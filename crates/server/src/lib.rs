@@ -79,6 +79,11 @@ pub struct AppState {
     /// Set once the server stops: recorded generations in flight are
     /// cancelled where they stand (every step so far is recorded).
     stopping: tokio::sync::watch::Sender<bool>,
+    /// The users who may make a checkpoint (`[tamper] auditors`).
+    auditors: std::collections::BTreeSet<String>,
+    /// Whether a checkpoint is published when the server stops (a
+    /// tamper-evident store with a checkpoint file).
+    checkpoint_on_stop: bool,
     _mcp: Vec<McpServer>,
 }
 
@@ -102,6 +107,7 @@ pub struct AppState {
         handlers::erase_context,
         stream::stream_events,
         handlers::health,
+        handlers::checkpoint,
     ),
     components(schemas(api::MessageSchema)),
     modifiers(&BearerAuth)
@@ -132,6 +138,43 @@ pub fn openapi_json() -> String {
 /// store (the same as the `convlog` command's).
 pub const STORE_KEY_FILE_ENV: &str = "CONVLOG_KEY_FILE";
 
+/// The environment variable naming the tamper key file when the
+/// configuration has no `[tamper]` (the same as the `convlog` command's).
+pub const TAMPER_KEY_FILE_ENV: &str = "CONVLOG_TAMPER_KEY_FILE";
+/// The environment variable naming the checkpoint file when the
+/// configuration has no `[tamper]` (the same as the `convlog` command's).
+pub const CHECKPOINT_FILE_ENV: &str = "CONVLOG_TAMPER_CHECKPOINT";
+
+/// The tamper options of `[tamper]`, else of the environment variables;
+/// `None` for neither (a store without tamper evidence).
+fn tamper_options(
+    config: &Config,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<convlog::tamper::TamperOptions>, String> {
+    let set = |name: &str| env(name).filter(|value| !value.is_empty());
+    let (key_file, checkpoint_file, every) = match &config.tamper {
+        Some(tamper) => (
+            tamper.key_file.clone(),
+            tamper.checkpoint_file.clone(),
+            tamper.checkpoint_every_events,
+        ),
+        None => match set(TAMPER_KEY_FILE_ENV) {
+            Some(key) => (key.into(), set(CHECKPOINT_FILE_ENV).map(Into::into), None),
+            None => return Ok(None),
+        },
+    };
+    let key = convlog::tamper::TamperKey::load(&key_file)
+        .map_err(|error| format!("[tamper] key_file: {error}"))?;
+    let mut options = convlog::tamper::TamperOptions::new(key);
+    if let Some(path) = checkpoint_file {
+        options = options.checkpoint_path(path);
+    }
+    if let Some(every) = every {
+        options = options.checkpoint_every_events(every);
+    }
+    Ok(Some(options))
+}
+
 /// A server ready to serve: its store open, its agents started.
 pub struct Server {
     state: Arc<AppState>,
@@ -156,9 +199,14 @@ impl Server {
             Some(path) => Some(StoreKey::from_file(path).map_err(|error| error.to_string())?),
             None => None,
         };
+        // A tamper-evident store (docs/tamper.md) is written with its key.
+        let tamper = tamper_options(config, &env)?;
+        let checkpoint_on_stop = tamper
+            .as_ref()
+            .is_some_and(|tamper| tamper.checkpoint_path.is_some());
         let store = tokio::task::spawn_blocking(move || {
             StoreBuilder::new(&dir)
-                .options(StoreOptions::default().encryption(key))
+                .options(StoreOptions::default().encryption(key).tamper(tamper))
                 .reducer(ContextsReducer)
                 .reducer(meta::ServerMetaReducer)
                 .reducer(meta::GenerationsReducer)
@@ -209,6 +257,12 @@ impl Server {
                 streams,
                 handle: tokio::runtime::Handle::current(),
                 stopping: tokio::sync::watch::Sender::new(false),
+                auditors: config
+                    .tamper
+                    .iter()
+                    .flat_map(|tamper| tamper.auditors.iter().cloned())
+                    .collect(),
+                checkpoint_on_stop,
                 _mcp: mcp,
             }),
             resume_on_start: config.resume_on_start,
@@ -251,6 +305,7 @@ impl Server {
                 post(handlers::erase_context),
             )
             .route("/health", get(handlers::health))
+            .route("/checkpoint", post(handlers::checkpoint))
             .route("/openapi.json", get(openapi))
             .route("/metrics", get(render_metrics))
             .fallback(not_found)
@@ -312,10 +367,19 @@ impl Server {
             }
         }
         let store = Arc::clone(&self.state.store);
-        tokio::task::spawn_blocking(move || store.sync())
-            .await
-            .map_err(|error| error.to_string())?
-            .map_err(|error| error.to_string())?;
+        let checkpoint = self.state.checkpoint_on_stop;
+        tokio::task::spawn_blocking(move || {
+            store.sync()?;
+            // The last checkpoint covers everything the server wrote.
+            if checkpoint {
+                let signed = store.checkpoint()?;
+                tracing::info!(lsn = signed.lsn, "checkpoint signed and published");
+            }
+            Ok::<(), convlog::Error>(())
+        })
+        .await
+        .map_err(|error| error.to_string())?
+        .map_err(|error| error.to_string())?;
         tracing::info!("store synced; server stopped");
         Ok(())
     }

@@ -38,15 +38,28 @@ async fn every_curl_example_of_the_server_doc_runs() {
         eprintln!("SKIPPED: curl is not installed");
         return;
     }
-    // Encrypted, so the erase example has a key to destroy.
+    // Encrypted, so the erase example has a key to destroy; tamper-evident
+    // with alice among the auditors, for the checkpoint example (the key and
+    // checkpoint file beside the store).
     let keys = tempfile::tempdir().unwrap();
     let key_path = keys.path().join("store.key");
     convlog::erasure::StoreKey::generate_file(&key_path).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("audit.key");
+    convlog::tamper::TamperKey::generate()
+        .unwrap()
+        .write(&key)
+        .unwrap();
+    let extra = format!(
+        "[tamper]\nkey_file = {:?}\ncheckpoint_file = {:?}\nauditors = [\"alice\"]\n",
+        key.to_str().unwrap(),
+        dir.path().join("store.head").to_str().unwrap()
+    );
     let server = TestServer::start_keyed(
         support::Upstream::start().await,
-        tempfile::tempdir().unwrap(),
+        dir,
         false,
-        "",
+        &extra,
         Some(key_path.to_str().unwrap().to_string()),
     )
     .await;

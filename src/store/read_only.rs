@@ -188,11 +188,13 @@ impl Store {
 }
 
 impl StoreCore {
-    /// Runs `read` after catching up (a read-only store), starting again
-    /// from the newest snapshot when the writer compacted away what it
-    /// needed. A writable store just runs it.
+    /// Runs `read` after catching up (a read-only store, or a writer on a
+    /// log with many writers), starting again from the newest snapshot
+    /// when the writer compacted away what it needed. A store that is the
+    /// log's one writer just runs it.
     pub(super) fn follow_read<T>(&self, read: impl Fn() -> Result<T>) -> Result<T> {
-        if !self.log.is_read_only() {
+        // A writer on a log with many writers follows it too.
+        if self.log.follow.is_none() {
             return read();
         }
         let mut restarts = 0;
@@ -218,6 +220,13 @@ impl StoreCore {
 
     /// Indexes and folds what the writer appended since the last catch-up.
     fn catch_up(&self) -> Result<()> {
+        self.catch_up_until(Lsn::MAX)
+    }
+
+    /// Indexes and folds what the log holds since the last catch-up, up to
+    /// the end of the batch holding `until - 1` at least (a writer on a log
+    /// with many writers needs no more than its own batch's end).
+    pub(super) fn catch_up_until(&self, until: Lsn) -> Result<()> {
         let Some(follower) = &self.log.follow else {
             return Ok(());
         };
@@ -229,8 +238,16 @@ impl StoreCore {
         });
         let mut outcome = Ok(());
         loop {
-            let mut chunk = Vec::new();
+            let mut chunk: Vec<(crate::log::Record, crate::model::Event)> = Vec::new();
             while chunk.len() < CATCH_UP_CHUNK_EVENTS {
+                let indexed = chunk
+                    .last()
+                    .map_or(follower.next_lsn.load(Ordering::Acquire), |(record, _)| {
+                        record.lsn + 1
+                    });
+                if indexed >= until {
+                    break;
+                }
                 match tail_iter.next() {
                     None => break,
                     Some(Err(error)) => {

@@ -442,18 +442,53 @@ impl Shared {
         }
     }
 
+    /// Runs a request, trying it again while it fails (a timeout, no
+    /// stream leader during an election, a broken connection), with pauses
+    /// doubling from [`APPEND_RETRY_PAUSE_MIN`] to [`APPEND_RETRY_PAUSE_MAX`],
+    /// for at most [`JetStreamOptions::append_retry_window`]: reads, like
+    /// appends, ride out a leader failover. `Ok(Err(..))` is an answer
+    /// `done` accepts as final (say, no message there).
+    fn retrying<T, E: std::fmt::Display>(
+        &self,
+        what: &str,
+        mut request: impl FnMut() -> std::result::Result<T, E>,
+        done: impl Fn(&E) -> bool,
+    ) -> std::result::Result<std::result::Result<T, E>, String> {
+        let deadline = std::time::Instant::now() + self.append_retry_window;
+        let mut pause = APPEND_RETRY_PAUSE_MIN;
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            match request() {
+                Ok(value) => return Ok(Ok(value)),
+                Err(error) if done(&error) => return Ok(Err(error)),
+                Err(error) => {
+                    if std::time::Instant::now() + pause > deadline {
+                        return Err(format!("{what}: {error} (try {attempt})"));
+                    }
+                    tracing::warn!(attempt, %error, "{what} of {} failed", self.name.display());
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(APPEND_RETRY_PAUSE_MAX);
+                }
+            }
+        }
+    }
+
     /// The message at `sequence`: `Ok(None)` if the stream has none there.
     fn get(&self, sequence: u64) -> Result<Option<jetstream::message::StreamMessage>> {
-        let stream = self.stream.clone();
-        let got = self.block(async move { stream.get_raw_message(sequence).await });
+        let got = self
+            .retrying(
+                &format!("message {sequence}"),
+                || {
+                    let stream = self.stream.clone();
+                    self.block(async move { stream.get_raw_message(sequence).await })
+                },
+                is_no_message,
+            )
+            .map_err(|message| self.io("read", io::ErrorKind::Other, message))?;
         match got {
             Ok(message) => Ok(Some(message)),
-            Err(error) if is_no_message(&error) => Ok(None),
-            Err(error) => Err(self.io(
-                "read",
-                io::ErrorKind::Other,
-                format!("message {sequence}: {error}"),
-            )),
+            Err(_) => Ok(None),
         }
     }
 
@@ -473,13 +508,11 @@ impl Shared {
             match result {
                 Ok(message) => messages.push(message),
                 Err(error) if is_no_message(&error) => break,
-                Err(error) => {
-                    return Err(self.io(
-                        "read",
-                        io::ErrorKind::Other,
-                        format!("message {sequence}: {error}"),
-                    ))
-                }
+                // A failover, say: that one again, with retries.
+                Err(_) => match self.get(sequence)? {
+                    Some(message) => messages.push(message),
+                    None => break,
+                },
             }
         }
         Ok(messages)
@@ -488,14 +521,21 @@ impl Shared {
     /// The stream's first and last sequence and message count, asked of
     /// its leader.
     fn stream_state(&self) -> Result<stream::State> {
-        let stream = self.stream.clone();
-        self.block(async move { stream.get_info().await })
-            .map(|info| {
-                self.last_known
-                    .fetch_max(info.state.last_sequence, Ordering::AcqRel);
-                info.state
-            })
-            .map_err(|error| self.io("read the state of", io::ErrorKind::Other, error.to_string()))
+        self.retrying(
+            "the stream's state",
+            || {
+                let stream = self.stream.clone();
+                self.block(async move { stream.get_info().await })
+            },
+            |_| false,
+        )
+        .map(|info| {
+            let state = info.expect("every error is retried").state;
+            self.last_known
+                .fetch_max(state.last_sequence, Ordering::AcqRel);
+            state
+        })
+        .map_err(|message| self.io("read the state of", io::ErrorKind::Other, message))
     }
 
     fn head_at(&self, sequence: u64) -> Result<Option<BatchHead>> {

@@ -660,20 +660,35 @@ fn a_killed_stream_leader_loses_no_acknowledged_append() {
     }
     // The killed node comes back and catches up with the stream.
     cluster.restart(killed);
+    wait_until_current(
+        &cluster,
+        survivor,
+        killed,
+        "convlog-failover",
+        log.last_sequence().unwrap(),
+    );
+    // And the writer goes on.
+    let (lsns, _) = log.append(&[b"after".to_vec()], Durability::Group).unwrap();
+    assert_eq!(lsns.start, acked_events as u64 + 1);
+}
+
+/// Waits (on states, bounded by `READY_TIMEOUT`) until node `killed`,
+/// restarted, holds `stream` up to `last` and is current, asking node
+/// `via`.
+fn wait_until_current(cluster: &Cluster, via: usize, killed: usize, stream: &str, last: u64) {
     let killed_name = cluster.nodes[killed].name.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let address = format!("127.0.0.1:{}", cluster.nodes[survivor].port);
-    let last = log.last_sequence().unwrap();
+    let address = format!("127.0.0.1:{}", cluster.nodes[via].port);
     wait_for(&format!("{killed_name} catching up"), READY_TIMEOUT, || {
         runtime.block_on(async {
             let Ok(client) = async_nats::connect(address.as_str()).await else {
                 return false;
             };
             let context = async_nats::jetstream::new(client);
-            let Ok(stream) = context.get_stream("convlog-failover").await else {
+            let Ok(stream) = context.get_stream(stream).await else {
                 return false;
             };
             let Ok(info) = stream.get_info().await else {
@@ -687,9 +702,200 @@ fn a_killed_stream_leader_loses_no_acknowledged_append() {
                 })
         })
     });
-    // And the writer goes on.
-    let (lsns, _) = log.append(&[b"after".to_vec()], Durability::Group).unwrap();
-    assert_eq!(lsns.start, acked_events as u64 + 1);
+}
+
+/// The store URL a host process of
+/// `host_processes_appending_through_a_leader_failover_lose_and_duplicate_nothing`
+/// appends to, and its number.
+const WRITER_URL_VARIABLE: &str = "CONVLOG_NATS_TEST_WRITER_URL";
+const WRITER_INDEX_VARIABLE: &str = "CONVLOG_NATS_TEST_WRITER_INDEX";
+/// Batches each host process appends.
+const HOST_APPENDS: u64 = 40;
+
+/// Batch `i` of host `host`: 1 to 3 events of its own conversation.
+fn host_batch(host: u64, i: u64) -> Vec<convlog::model::Event> {
+    (0..1 + i % 3)
+        .map(|j| {
+            said(
+                &format!("h{host}"),
+                i * 3 + j,
+                Role::User,
+                &format!("h{host}-{i}-{j}"),
+            )
+        })
+        .collect()
+}
+
+/// Several host processes append to one store (each through its own
+/// `Store`, racing the others for the stream's end) while the stream
+/// leader is SIGKILLed: every append a host saw acknowledged is there
+/// after the failover, whole (one message) at the LSNs it was given,
+/// nothing is stored twice or unacknowledged, the LSNs are gap-free, and
+/// the killed node, restarted, catches up.
+#[test]
+fn host_processes_appending_through_a_leader_failover_lose_and_duplicate_nothing() {
+    use std::io::{BufRead, BufReader, Write};
+
+    if let Ok(url) = std::env::var(WRITER_URL_VARIABLE) {
+        // A host: append, report each acknowledgement, then end.
+        let host: u64 = std::env::var(WRITER_INDEX_VARIABLE)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            convlog_nats::open_store(&url, dir.path(), StoreOptions::new(), nats_options(3))
+                .unwrap();
+        println!("OPEN");
+        std::io::stdout().flush().unwrap();
+        for i in 0..HOST_APPENDS {
+            let lsns = store.append(&host_batch(host, i)).unwrap();
+            println!("ACK {host} {i} {} {}", lsns.start, lsns.end);
+            std::io::stdout().flush().unwrap();
+        }
+        // Its conversation, read through the index it shares with the
+        // other hosts' batches.
+        let events: u64 = (0..HOST_APPENDS).map(|i| 1 + i % 3).sum();
+        let own = store.conversation(&format!("h{host}")).unwrap();
+        assert_eq!(own.len() as u64, events);
+        println!("DONE");
+        return;
+    }
+    let Some(mut cluster) = Cluster::start(3) else {
+        return;
+    };
+    const HOSTS: u64 = 3;
+    let url = cluster.url("hostfail");
+    // The stream exists before the hosts race to open it.
+    drop(JetStreamLog::open(&url, nats_options(3)).unwrap());
+    let (lines, received) = std::sync::mpsc::channel::<String>();
+    let mut hosts: Vec<std::process::Child> = (0..HOSTS)
+        .map(|host| {
+            let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "host_processes_appending_through_a_leader_failover_lose_and_duplicate_nothing",
+                    "--nocapture",
+                ])
+                .env(WRITER_URL_VARIABLE, &url)
+                .env(WRITER_INDEX_VARIABLE, host.to_string())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdout = BufReader::new(child.stdout.take().unwrap());
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for line in stdout.lines().map_while(Result::ok) {
+                    if lines.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            child
+        })
+        .collect();
+    drop(lines);
+    // (host, batch) -> LSNs, as the hosts report them.
+    let mut acked: BTreeMap<(u64, u64), (Lsn, Lsn)> = BTreeMap::new();
+    let mut done = 0;
+    let mut killed = None;
+    let mut take = |line: &str, acked: &mut BTreeMap<(u64, u64), (Lsn, Lsn)>| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["ACK", host, i, start, end] => {
+                let number = |word: &str| word.parse::<u64>().unwrap();
+                let fresh = acked
+                    .insert((number(host), number(i)), (number(start), number(end)))
+                    .is_none();
+                assert!(fresh, "{line}: acknowledged twice");
+            }
+            ["DONE"] => done += 1,
+            _ => {}
+        }
+    };
+    loop {
+        let line = match received.recv_timeout(READY_TIMEOUT * 2) {
+            Ok(line) => line,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(error) => panic!("no word from the hosts: {error}"),
+        };
+        take(&line, &mut acked);
+        // Kill the leader once every host has appended a few batches.
+        if killed.is_none() && acked.len() as u64 >= 3 * HOSTS {
+            let leader = cluster
+                .stream_leader(0, "convlog-hostfail")
+                .expect("the stream has a leader");
+            let index = cluster.index_of(&leader);
+            cluster.kill(index);
+            eprintln!(
+                "killed the stream leader {leader} after {} acknowledged appends",
+                acked.len()
+            );
+            killed = Some((index, leader, acked.len() as u64));
+        }
+    }
+    for host in &mut hosts {
+        assert!(host.wait().unwrap().success(), "a host process failed");
+    }
+    let (killed, leader, before) = killed.expect("the leader was killed");
+    assert_eq!(done, HOSTS);
+    assert_eq!(acked.len() as u64, HOSTS * HOST_APPENDS);
+    assert!(
+        before < HOSTS * HOST_APPENDS,
+        "the leader died while appends were under way"
+    );
+    let survivor = (killed + 1) % 3;
+    assert!(
+        cluster
+            .stream_leader(survivor, "convlog-hostfail")
+            .is_some_and(|now| now != leader),
+        "the stream has a new leader"
+    );
+    // Read back through a new handle.
+    let reader = JetStreamLog::open_follower(&url, nats_options(3)).unwrap();
+    let records: Vec<_> = reader.read_from(1).collect::<convlog::Result<_>>().unwrap();
+    let lsns: Vec<Lsn> = records.iter().map(|record| record.lsn).collect();
+    assert_eq!(
+        lsns,
+        (1..=lsns.len() as u64).collect::<Vec<_>>(),
+        "gap-free"
+    );
+    let unique: HashSet<&[u8]> = records
+        .iter()
+        .map(|record| record.payload.as_slice())
+        .collect();
+    assert_eq!(unique.len(), records.len(), "no event is stored twice");
+    let acked_events: u64 = acked.values().map(|(start, end)| end - start).sum();
+    assert_eq!(
+        records.len() as u64,
+        acked_events,
+        "only acknowledged batches are stored"
+    );
+    for (&(host, i), &(start, end)) in &acked {
+        // Events carry a fresh id and time: compare by their texts.
+        let held: Vec<&convlog::log::Record> = records[(start - 1) as usize..(end - 1) as usize]
+            .iter()
+            .collect();
+        assert_eq!(
+            held.len() as u64,
+            1 + i % 3,
+            "host {host}'s batch {i}: {start}..{end}"
+        );
+        for (j, record) in held.iter().enumerate() {
+            let event = format!("{:?}", record.event().unwrap());
+            let text = format!("{:?}", format!("h{host}-{i}-{j}"));
+            assert!(
+                event.contains(&text),
+                "host {host}'s batch {i} is whole at {start}..{end}: {event}"
+            );
+        }
+        let positions: HashSet<_> = held.iter().map(|record| record.position).collect();
+        assert_eq!(positions.len(), 1, "one batch is one message");
+    }
+    // The killed node comes back and catches up.
+    cluster.restart(killed);
+    let last = reader.read_from(1).last().unwrap().unwrap().position.offset;
+    wait_until_current(&cluster, survivor, killed, "convlog-hostfail", last);
 }
 
 /// The host process of `a_host_killed_mid_tool_call_is_resumed_from_another_process`.

@@ -179,8 +179,10 @@ impl Store {
     /// Catches a read-only store up with what its writer appended since the
     /// last read; returns one past the last event it has now read. Every
     /// read does this first, so calling it is needed only to see errors
-    /// of reads that return none, or to follow without reading. On a
-    /// writable store it only returns the next LSN.
+    /// of reads that return none, or to follow without reading. A writer
+    /// on a log with many writers ([`EventLog::many_writers`]) catches up
+    /// with the other writers the same way; the only writer of its log just
+    /// returns the next LSN.
     pub fn refresh(&self) -> Result<Lsn> {
         self.core.follow_read(|| Ok(()))?;
         Ok(self.log.next_lsn())

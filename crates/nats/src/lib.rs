@@ -165,7 +165,8 @@ impl JetStreamOptions {
 
     /// How long an append keeps trying (a stream electing a new leader
     /// after its leader died takes a few seconds) before the handle gives
-    /// up and is poisoned (30 s by default).
+    /// up and is poisoned (30 s by default). Reads (message gets, the
+    /// stream's state) retry as long before they fail.
     pub fn append_retry_window(mut self, window: Duration) -> JetStreamOptions {
         self.append_retry_window = window;
         self

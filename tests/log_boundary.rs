@@ -80,6 +80,78 @@ impl Backing for Memory {
     }
 }
 
+/// A memory log written by several stores at once, each through its own
+/// compare-and-set handle (`suite::SharedMemoryWriter`): the many-writer
+/// path of the store, in memory.
+struct SharedMemory {
+    log: MemoryLog,
+    gate: Arc<std::sync::Mutex<()>>,
+    dir: TempDir,
+    second_dir: TempDir,
+}
+
+impl SharedMemory {
+    fn new() -> SharedMemory {
+        SharedMemory {
+            log: MemoryLog::new(),
+            gate: Arc::default(),
+            dir: tempfile::tempdir().unwrap(),
+            second_dir: tempfile::tempdir().unwrap(),
+        }
+    }
+}
+
+impl Backing for SharedMemory {
+    fn name(&self) -> &'static str {
+        "memory log with many writers"
+    }
+    fn open(&self, options: StoreOptions) -> Store {
+        StoreBuilder::new(self.dir.path())
+            .options(options)
+            .reducer(Counter)
+            .open_on(suite::SharedMemoryWriter::new(&self.log, &self.gate))
+            .unwrap()
+    }
+    fn open_follower(&self) -> Store {
+        StoreBuilder::new(self.dir.path())
+            .reducer(Counter)
+            .open_on(self.log.follower())
+            .unwrap()
+    }
+    fn follower_log(&self) -> Box<dyn EventLog> {
+        Box::new(self.log.follower())
+    }
+    fn open_another_writer(&self) -> Option<Store> {
+        Some(
+            StoreBuilder::new(self.second_dir.path())
+                .reducer(Counter)
+                .open_on(suite::SharedMemoryWriter::new(&self.log, &self.gate))
+                .unwrap(),
+        )
+    }
+}
+
+/// Many writers on one log: on a memory log whose writers race (the
+/// segment log has one writer: its lock). crates/nats runs the same body
+/// on a JetStream stream.
+#[test]
+fn many_writers_share_one_log() {
+    suite::many_writers_share_one_log(&SharedMemory::new());
+}
+
+/// The store's other behaviours hold on a log with many writers too (one
+/// writer at a time here).
+#[test]
+fn a_store_among_many_writers_behaves_as_the_only_writer() {
+    suite::appends_reads_resume_and_reopen_behave_the_same_on_both_logs(&SharedMemory::new());
+    suite::host_reducers_are_folded_observed_and_restored_from_snapshots_on_both_logs(
+        &SharedMemory::new(),
+    );
+    suite::conditional_appends_conflict_on_both_logs(&SharedMemory::new());
+    suite::a_read_only_store_follows_its_writer_on_both_logs(&SharedMemory::new());
+    suite::the_log_view_and_the_audit_timeline_read_every_log(&SharedMemory::new());
+}
+
 /// Runs `body` on a fresh segment log and a fresh memory log.
 fn on_both_logs(body: impl Fn(&dyn Backing)) {
     let segments = Segments {

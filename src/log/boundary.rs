@@ -41,6 +41,19 @@ use super::{Durability, Log, LogIter, LogReader, Lsn, Position, Record};
 use crate::error::{Error, Result};
 use crate::storage::Storage;
 
+/// For implementations outside the crate (the format module is public only
+/// with the `testing` feature): a store identity, a new random one, and
+/// its hex form.
+pub use super::format::{new_store_id, store_id_hex, StoreId as LogStoreId};
+
+/// For implementations outside the crate that route a batch by
+/// conversation: the conversation id of the event a payload encodes, read
+/// without decoding the rest (`None` for an event of no conversation, or
+/// bytes that are not an event).
+pub fn payload_conversation_id(payload: &[u8]) -> Option<&str> {
+    crate::codec::peek_conversation_id(payload)
+}
+
 /// Where a batch is in a log: what the store's index keeps to read the
 /// batch again with [`EventLog::read_batch`]. For the segment log, the
 /// segment (by first LSN) and byte offset of its frame; another log
@@ -142,9 +155,30 @@ pub trait EventLog: Send + Sync + Debug {
     /// An implementation that already has a writer fails with
     /// [`Error::Locked`]; the claim ends when the claiming handle is
     /// dropped. The default admits every handle: for logs whose open
-    /// already excludes a second writer (the segment log's lock).
+    /// already excludes a second writer (the segment log's lock), and for
+    /// logs with many writers ([`EventLog::many_writers`]).
     fn claim_writer(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// Whether other writable handles — usually in other processes —
+    /// append to this log beside this one (a replicated log with many
+    /// writers). `false` by default: the log has one writer.
+    ///
+    /// A store on a writable handle that answers `true` follows the log
+    /// as a read-only store does: it indexes every batch, its own and
+    /// other writers', by reading the log in LSN order, and catches up
+    /// before every read and before checking a conditional append. Such a
+    /// log's [`EventLog::append`] is a compare-and-set on the log's end:
+    /// when another handle appended after the last batch this handle
+    /// knows of, it fails with [`Error::Conflict`] (`conversation_id`
+    /// `None`, `expected` the LSN it would have assigned, `actual` the
+    /// log's next LSN as now learnt), nothing of the batch is stored, and
+    /// the handle has learnt the new end, so a retry can succeed. The
+    /// store retries such an append (checking its condition again) up to
+    /// [`APPEND_RACES_MAX`](crate::store::APPEND_RACES_MAX) times.
+    fn many_writers(&self) -> bool {
+        false
     }
 
     /// Appends `payloads` (at least one) as one atomic batch; returns once

@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use super::hosts::HostPoison;
-use super::{AppendOptions, Expect, Store};
+use super::{AppendOptions, Expect, Store, APPEND_RACES_MAX};
 use crate::error::{Error, Result};
 use crate::log::{Durability, Lsn};
 use crate::model::Event;
@@ -112,8 +112,27 @@ impl Store {
         };
         let payloads = sealed.payloads;
         // Held until the batch is indexed: see `conditional`.
-        let order = self.order_append(events, expect)?;
-        let (lsns, position) = log.append(&payloads, durability)?;
+        let mut order = self.order_append(events, expect)?;
+        let mut races = 0;
+        let (lsns, position) = loop {
+            match log.append(&payloads, durability) {
+                // Another writer of the log appended first (only a log with
+                // many writers says so): nothing was stored. Catch up and
+                // check the condition again (`order_append`), then retry.
+                Err(Error::Conflict {
+                    conversation_id: None,
+                    ..
+                }) if self.following_writers() && races < APPEND_RACES_MAX => {
+                    races += 1;
+                    drop(order);
+                    order = self.order_append(events, expect)?;
+                }
+                other => break other?,
+            }
+        };
+        if self.following_writers() {
+            return Ok(self.appended_among_writers(lsns, &sealed.made, &sealed.announced, order));
+        }
         let bytes: u64 = payloads.iter().map(|payload| payload.len() as u64).sum();
         let due = {
             let mut state = self.state.write();
@@ -175,5 +194,48 @@ impl Store {
         self.announced(&sealed.announced);
         // The caller's events: the key events before them are the store's.
         Ok(lsns.start + sealed.made.len() as Lsn..lsns.end)
+    }
+
+    /// Whether this store is a writer that follows its log: a log with
+    /// many writers ([`EventLog::many_writers`](crate::log::EventLog::many_writers)).
+    fn following_writers(&self) -> bool {
+        self.log.follow.is_some() && !self.log.is_read_only()
+    }
+
+    /// After an append to a log with many writers: indexes and folds the
+    /// log up to the batch's end by following it (other writers' batches
+    /// before it, then the batch itself, in LSN order), then what every
+    /// append does after.
+    fn appended_among_writers(
+        &self,
+        lsns: Range<Lsn>,
+        made: &[Event],
+        announced: &[String],
+        order: super::conditional::AppendOrder<'_>,
+    ) -> Range<Lsn> {
+        let caught_up = self.catch_up_to(lsns.end);
+        drop(order);
+        if let Err(error) = caught_up {
+            // The batch is committed: the append reports its LSNs (a caller
+            // would retry and record it twice); the next read catches up
+            // and reports the error if it persists.
+            tracing::warn!(store = %self.log.dir().display(), error = %error, "an appended batch could not be indexed yet");
+        }
+        let due = {
+            let state = self.state.read();
+            self.options
+                .snapshot_every_events
+                .is_some_and(|every| state.events_since_snapshot >= every)
+                || self
+                    .options
+                    .snapshot_every_bytes
+                    .is_some_and(|every| state.bytes_since_snapshot >= every)
+        };
+        self.dispatch_observers();
+        if due {
+            self.request_snapshot();
+        }
+        self.announced(announced);
+        lsns.start + made.len() as Lsn..lsns.end
     }
 }

@@ -10,6 +10,19 @@
 //! append of the store, conditional or not, can come between the check and
 //! the append. (All appenders of a store are in one process: the store's
 //! lock admits one writer.)
+//!
+//! On a log with many writers ([`EventLog::many_writers`], e.g. a JetStream
+//! stream several hosts append to) the locks order this store's appends
+//! only; the log orders every writer's: each append is a compare-and-set
+//! on the log's end, so it lands only right after the last batch this
+//! store's handle knows of. A conditional append catches the index up with
+//! that end (other writers' batches included) under its locks before it
+//! checks, and when the log then refuses the batch because another writer
+//! got there first, the append catches up and checks again
+//! ([`APPEND_RACES_MAX`] times at most): the version it checked is the
+//! version the batch lands on, whichever process appends.
+//!
+//! [`EventLog::many_writers`]: crate::log::EventLog::many_writers
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -63,6 +76,21 @@ impl Expect {
     }
 }
 
+/// How many times an append to a log with many writers
+/// ([`EventLog::many_writers`](crate::log::EventLog::many_writers)) is
+/// tried again after another writer appended first, before it fails with
+/// the last [`Error::Conflict`] (the store's version moved each time; the
+/// store stays usable). Each lost race means another writer's append went
+/// through, so the store as a whole always makes progress.
+pub const APPEND_RACES_MAX: usize = 64;
+
+/// How many reads a store following its log makes, at most, to see events
+/// the log has acknowledged (see `StoreCore::catch_up_to`).
+const CATCH_UP_TRIES_MAX: usize = 100;
+
+/// The pause between two such reads.
+const CATCH_UP_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// A lock held shared or exclusively.
 enum Held<'a> {
     Shared(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
@@ -92,6 +120,7 @@ impl StoreCore {
         let mut held = Vec::new();
         if let Some(Expect::Store { next_lsn }) = expect {
             held.push(Held::Exclusive(self.appending.write()));
+            self.catch_up_with_other_writers()?;
             // No append is in flight: every assigned LSN is indexed.
             let actual = self.log.next_lsn();
             if actual != *next_lsn {
@@ -127,6 +156,9 @@ impl StoreCore {
                 held.push(Held::Shared(self.stripes[stripe].read()));
             }
         }
+        if expected.is_some() {
+            self.catch_up_with_other_writers()?;
+        }
         if let Some((conversation_id, _, last_lsn)) = expected {
             // Every append touching the conversation is indexed by now.
             let actual = self
@@ -137,6 +169,46 @@ impl StoreCore {
             }
         }
         Ok(AppendOrder { _held: held })
+    }
+
+    /// On a log with many writers: indexes every batch up to the end the
+    /// log's handle knows of (other writers' included), so a version
+    /// checked next is the one an append lands on. Nothing to do on a log
+    /// with one writer, whose appends the store indexes itself.
+    fn catch_up_with_other_writers(&self) -> Result<()> {
+        if self.log.is_read_only() || self.log.follow.is_none() {
+            return Ok(());
+        }
+        self.catch_up_to(self.log.log().next_lsn())
+    }
+
+    /// Catches a following store up until it has indexed every event below
+    /// `lsn` (acknowledged, so visible; a read that does not show it yet is
+    /// tried again, [`CATCH_UP_TRIES_MAX`] times at most).
+    pub(super) fn catch_up_to(&self, lsn: Lsn) -> Result<()> {
+        for _ in 0..CATCH_UP_TRIES_MAX {
+            match self.catch_up_until(lsn) {
+                // Another writer compacted what this store still needed:
+                // start again from the newest snapshot, as reads do.
+                Err(Error::Compacted { .. }) => self.follow_read(|| Ok(()))?,
+                other => other?,
+            }
+            if self.log.next_lsn() >= lsn {
+                return Ok(());
+            }
+            std::thread::sleep(CATCH_UP_PAUSE);
+        }
+        Err(Error::Io {
+            operation: "catch up with",
+            path: self.log.dir().to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the log acknowledged events up to LSN {lsn} but reading it shows them only up to {} after {CATCH_UP_TRIES_MAX} tries (CATCH_UP_TRIES_MAX)",
+                    self.log.next_lsn()
+                ),
+            ),
+        })
     }
 
     fn conflict(&self, conversation_id: Option<&str>, expected: Lsn, actual: Lsn) -> Error {

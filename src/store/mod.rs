@@ -71,7 +71,7 @@ use crate::error::Result;
 pub use append_options::AppendOptions;
 use backend::Backend;
 pub use backup::{backup, BackupReport};
-pub use conditional::Expect;
+pub use conditional::{Expect, APPEND_RACES_MAX};
 use hosts::{Dispatch, HostPoison, Ordered};
 use index::State;
 pub use index::StoreStats;

@@ -168,7 +168,9 @@ impl Store {
         )?;
         let Started { state, hosts, tail } =
             start_from_snapshot(&backend, candidates, known_chain, hosts, &mut report)?;
-        let (options, next_lsn) = if backend.is_read_only() {
+        // A read-only store follows its writer; a writer on a log with many
+        // writers follows the log too (its own appends and the others').
+        let (options, next_lsn) = if backend.is_read_only() || backend.log().many_writers() {
             let next_lsn = tail.next_lsn();
             report.recovery.next_lsn = next_lsn;
             backend.recovery.next_lsn = next_lsn;
@@ -176,13 +178,17 @@ impl Store {
                 tail: Mutex::new(Some(tail)),
                 next_lsn: AtomicU64::new(next_lsn),
             });
-            let options = StoreOptions {
-                // A read-only store takes no snapshot.
-                snapshot_every_events: None,
-                snapshot_every_bytes: None,
-                ..options
-            };
-            (options, next_lsn)
+            if !backend.is_read_only() {
+                (options, next_lsn)
+            } else {
+                let options = StoreOptions {
+                    // A read-only store takes no snapshot.
+                    snapshot_every_events: None,
+                    snapshot_every_bytes: None,
+                    ..options
+                };
+                (options, next_lsn)
+            }
         } else {
             let next_lsn = backend.log().next_lsn();
             (options, next_lsn)

@@ -185,8 +185,10 @@ impl Store {
     /// Catches a read-only store up with what its writer appended since the
     /// last read; returns one past the last event it has now read. Every
     /// read does this first, so calling it is needed only to see errors
-    /// of reads that return none, or to follow without reading. On a
-    /// writable store it only returns the next LSN.
+    /// of reads that return none, or to follow without reading. A writer
+    /// on a log with many writers ([`EventLog::many_writers`]) catches up
+    /// with the other writers the same way; the only writer of its log just
+    /// returns the next LSN.
     pub fn refresh(&self) -> Result<Lsn> {
         self.core.follow_read(|| Ok(()))?;
         Ok(self.log.next_lsn())
@@ -194,11 +196,13 @@ impl Store {
 }
 
 impl StoreCore {
-    /// Runs `read` after catching up (a read-only store), starting again
-    /// from the newest snapshot when the writer compacted away what it
-    /// needed. A writable store just runs it.
+    /// Runs `read` after catching up (a read-only store, or a writer on a
+    /// log with many writers), starting again from the newest snapshot
+    /// when the writer compacted away what it needed. A store that is the
+    /// log's one writer just runs it.
     pub(super) fn follow_read<T>(&self, read: impl Fn() -> Result<T>) -> Result<T> {
-        if !self.log.is_read_only() {
+        // A writer on a log with many writers follows it too.
+        if self.log.follow.is_none() {
             return read();
         }
         let mut restarts = 0;
@@ -224,6 +228,13 @@ impl StoreCore {
 
     /// Indexes and folds what the writer appended since the last catch-up.
     fn catch_up(&self) -> Result<()> {
+        self.catch_up_until(Lsn::MAX)
+    }
+
+    /// Indexes and folds what the log holds since the last catch-up, up to
+    /// the end of the batch holding `until - 1` at least (a writer on a log
+    /// with many writers needs no more than its own batch's end).
+    pub(super) fn catch_up_until(&self, until: Lsn) -> Result<()> {
         let Some(follower) = &self.log.follow else {
             return Ok(());
         };
@@ -235,8 +246,16 @@ impl StoreCore {
         });
         let mut outcome = Ok(());
         loop {
-            let mut chunk = Vec::new();
+            let mut chunk: Vec<(crate::log::Record, crate::model::Event)> = Vec::new();
             while chunk.len() < CATCH_UP_CHUNK_EVENTS {
+                let indexed = chunk
+                    .last()
+                    .map_or(follower.next_lsn.load(Ordering::Acquire), |(record, _)| {
+                        record.lsn + 1
+                    });
+                if indexed >= until {
+                    break;
+                }
                 match tail_iter.next() {
                     None => break,
                     Some(Err(error)) => {

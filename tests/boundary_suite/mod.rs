@@ -9,7 +9,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use convlog::log::{Binding, Durability, EventLog, Locator, Lsn, Record};
+use convlog::log::{
+    Binding, Dropped, Durability, EventLog, Locator, LogCursor, Lsn, MemoryLog, Record,
+};
 use convlog::model::{ConversationEntry, Event, Role};
 use convlog::reducer::Reducer;
 use convlog::store::{AppendOptions, Expect, Retention, Store, StoreOptions};
@@ -37,6 +39,12 @@ pub trait Backing {
     fn open_follower(&self) -> Store;
     /// A read-only handle on the log itself.
     fn follower_log(&self) -> Box<dyn EventLog>;
+    /// Another writable store on the same log, with its own snapshot
+    /// directory (another host), for a log with many writers
+    /// ([`EventLog::many_writers`]); `None` for a log with one writer.
+    fn open_another_writer(&self) -> Option<Store> {
+        None
+    }
 }
 
 /// Small segments, so that compaction has sealed segments to delete.
@@ -334,4 +342,212 @@ pub fn the_log_view_and_the_audit_timeline_read_every_log(backing: &dyn Backing)
         name == "segment log",
         "{name}: only the segment log has its own reader"
     );
+}
+
+/// A writer of a shared `MemoryLog` that behaves as a handle of a log with
+/// many writers: its appends are a compare-and-set on the log's end (as a
+/// JetStream writer's `Nats-Expected-Last-Sequence`), so the store's
+/// many-writer path runs in memory too.
+#[derive(Debug)]
+pub struct SharedMemoryWriter {
+    log: MemoryLog,
+    /// Shared by every writer of the log: one compare-and-set at a time.
+    gate: Arc<std::sync::Mutex<()>>,
+    /// One past the last event this handle knows of.
+    known: AtomicU64,
+}
+
+impl SharedMemoryWriter {
+    /// A writer of `log`; every writer of one log shares `gate`.
+    pub fn new(log: &MemoryLog, gate: &Arc<std::sync::Mutex<()>>) -> SharedMemoryWriter {
+        SharedMemoryWriter {
+            log: log.clone(),
+            gate: Arc::clone(gate),
+            known: AtomicU64::new(log.next_lsn()),
+        }
+    }
+}
+
+impl EventLog for SharedMemoryWriter {
+    fn store_id(&self) -> convlog::log::boundary::LogStoreId {
+        self.log.store_id()
+    }
+    fn is_writable(&self) -> bool {
+        true
+    }
+    fn many_writers(&self) -> bool {
+        true
+    }
+    fn append(
+        &self,
+        payloads: &[Vec<u8>],
+        durability: Durability,
+    ) -> convlog::Result<(std::ops::Range<Lsn>, Locator)> {
+        let _one_at_a_time = self.gate.lock().unwrap();
+        let (known, actual) = (self.known.load(Ordering::Acquire), self.log.next_lsn());
+        if known != actual {
+            self.known.store(actual, Ordering::Release);
+            return Err(Error::Conflict {
+                store: self.log.name().to_path_buf(),
+                conversation_id: None,
+                expected: known,
+                actual,
+            });
+        }
+        let appended = self.log.append(payloads, durability)?;
+        self.known.store(appended.0.end, Ordering::Release);
+        Ok(appended)
+    }
+    fn read_batch(&self, locator: Locator) -> convlog::Result<Vec<Record>> {
+        self.log.read_batch(locator)
+    }
+    fn read_from(&self, lsn: Lsn) -> Box<dyn LogCursor> {
+        self.log.read_from(lsn)
+    }
+    fn first_lsn(&self) -> Lsn {
+        self.log.first_lsn()
+    }
+    fn next_lsn(&self) -> Lsn {
+        self.known.load(Ordering::Acquire)
+    }
+    fn durable_lsn(&self) -> Lsn {
+        self.log.durable_lsn().min(self.next_lsn())
+    }
+    fn drop_before(&self, lsn: Lsn) -> convlog::Result<Dropped> {
+        self.log.drop_before(lsn)
+    }
+    fn sync(&self) -> convlog::Result<()> {
+        self.log.sync()
+    }
+    fn binding_at(&self, lsn: Lsn) -> convlog::Result<Binding> {
+        self.log.binding_at(lsn)
+    }
+}
+
+/// Two hosts write one store through two `Store`s: each sees the other's
+/// appends (indexed, folded into host slices, in reads and resumes), LSNs
+/// stay gap-free whoever appends, a conditional append checks the version
+/// every writer made (the loser of a race gets `Conflict`, never an
+/// interleaving), and a store reopened (from its own snapshot) has it all.
+pub fn many_writers_share_one_log(backing: &dyn Backing) {
+    let name = backing.name();
+    let first = backing.open(options());
+    let Some(second) = backing.open_another_writer() else {
+        return;
+    };
+    assert_eq!(
+        first.append(&[said("a", 0, Role::User, "one")]).unwrap(),
+        1..2,
+        "{name}"
+    );
+    // The second learns of the first's append when its own loses the race.
+    assert_eq!(
+        second.append(&[said("b", 0, Role::User, "two")]).unwrap(),
+        2..3,
+        "{name}"
+    );
+    assert_eq!(
+        first
+            .append(&[said("a", 1, Role::Assistant, "three")])
+            .unwrap(),
+        3..4,
+        "{name}"
+    );
+    for store in [&first, &second] {
+        assert_eq!(store.conversation("a").unwrap().len(), 2, "{name}");
+        assert_eq!(store.conversation("b").unwrap().len(), 1, "{name}");
+        assert_eq!(store.conversation_ids(), ["a", "b"], "{name}");
+        assert_eq!(store.slice::<Counter>().unwrap(), 3, "{name}");
+        assert_eq!(store.log().next_lsn(), 4, "{name}");
+    }
+
+    // Both read conversation "a" at version 3 and append on it: one wins.
+    let read = second.conversation("a").unwrap().last_lsn();
+    assert_eq!(read, 3, "{name}");
+    let expect = || AppendOptions::new().expect(Expect::conversation("a", read));
+    first
+        .append_with(&[said("a", 2, Role::User, "first wins")], expect())
+        .unwrap();
+    match second.append_with(&[said("a", 2, Role::User, "second loses")], expect()) {
+        Err(Error::Conflict {
+            conversation_id: Some(id),
+            expected,
+            actual,
+            ..
+        }) => assert_eq!((id.as_str(), expected, actual), ("a", 3, 4), "{name}"),
+        other => panic!("{name}: expected a conflict, got {other:?}"),
+    }
+    // Another conversation's version did not move: its append goes through
+    // although the second store had not seen the first's last append.
+    second
+        .append_with(
+            &[said("b", 1, Role::Assistant, "b goes on")],
+            AppendOptions::new().expect(Expect::conversation("b", 2)),
+        )
+        .unwrap();
+    // The store's version: every writer's append moves it.
+    match first.append_with(
+        &[said("c", 0, Role::User, "stale")],
+        AppendOptions::new().expect(Expect::store(5)),
+    ) {
+        Err(Error::Conflict {
+            conversation_id: None,
+            expected,
+            actual,
+            ..
+        }) => assert_eq!((expected, actual), (5, 6), "{name}"),
+        other => panic!("{name}: expected a conflict, got {other:?}"),
+    }
+    first
+        .append_with(
+            &[said("c", 0, Role::User, "fresh")],
+            AppendOptions::new().expect(Expect::store(6)),
+        )
+        .unwrap();
+
+    // Appends from both stores at once, on threads: gap-free, nothing lost.
+    const EACH: u64 = 12;
+    std::thread::scope(|scope| {
+        for (index, store) in [&first, &second].into_iter().enumerate() {
+            scope.spawn(move || {
+                for sequence in 0..EACH {
+                    let conversation = format!("t{index}");
+                    store
+                        .append(&[said(&conversation, sequence, Role::User, "x")])
+                        .unwrap();
+                }
+            });
+        }
+    });
+    let total = 6 + 2 * EACH;
+    for store in [&first, &second] {
+        assert_eq!(store.refresh().unwrap(), total + 1, "{name}");
+        for conversation in ["t0", "t1"] {
+            let slice = store.conversation(conversation).unwrap();
+            assert_eq!(slice.len() as u64, EACH, "{name}");
+        }
+        assert_eq!(store.slice::<Counter>().unwrap(), total, "{name}");
+        assert_eq!(store.conversation("a").unwrap().len(), 3, "{name}");
+    }
+    let log = backing.follower_log();
+    let lsns: Vec<Lsn> = log.read_from(1).map(|record| record.unwrap().lsn).collect();
+    assert_eq!(lsns, (1..=total).collect::<Vec<_>>(), "{name}");
+
+    // A snapshot taken by the second covers the first's events too; the
+    // second, reopened from it, has them all.
+    second.snapshot().unwrap();
+    drop(second);
+    let second = backing.open_another_writer().unwrap();
+    assert_eq!(second.slice::<Counter>().unwrap(), total, "{name}");
+    assert_eq!(
+        second.conversation("t0").unwrap().len() as u64,
+        EACH,
+        "{name}"
+    );
+    assert_eq!(
+        second.append(&[said("a", 3, Role::User, "after")]).unwrap(),
+        total + 1..total + 2,
+        "{name}"
+    );
+    assert_eq!(first.conversation("a").unwrap().len(), 4, "{name}");
 }

@@ -24,8 +24,15 @@
 //! - **LSNs are gap-free** although a batch of `n` events is one stream
 //!   message: the writer assigns them and publishes with
 //!   `Nats-Expected-Last-Sequence`, so no two writers can both append
-//!   after the same message; the loser's handle is poisoned (it never
-//!   interleaves LSNs). A locator is the message's stream sequence.
+//!   after the same message. A locator is the message's stream sequence.
+//! - **Many writers**: any number of handles, in any processes, append to
+//!   one store ([`EventLog::many_writers`]). An append that loses the race
+//!   for the stream's end stores nothing and fails with
+//!   [`Error::Conflict`] (no conversation) after the handle has learnt the
+//!   new end; a [`Store`] on the handle catches its index up with the
+//!   other writers' batches and retries (checking a conditional append's
+//!   version again), so two hosts racing on one conversation get one
+//!   success and one `Conflict`, never an interleaving.
 //! - **Retries never store twice**: each append carries a `Nats-Msg-Id`
 //!   unique to the writing handle and the batch's first LSN, so an append
 //!   retried after a timeout is deduplicated by the stream.
@@ -49,7 +56,9 @@ use std::time::Duration;
 use async_nats::jetstream::{self, context::PublishErrorKind, stream};
 use async_nats::HeaderMap;
 use bytes::{BufMut, Bytes, BytesMut};
-use convlog::log::format::{self, StoreId};
+use convlog::log::boundary::{
+    new_store_id, payload_conversation_id, store_id_hex, LogStoreId as StoreId,
+};
 use convlog::log::{
     Binding, Dropped, Durability, EventLog, Locator, LogCursor, Lsn, Position, Record,
 };
@@ -156,7 +165,8 @@ impl JetStreamOptions {
 
     /// How long an append keeps trying (a stream electing a new leader
     /// after its leader died takes a few seconds) before the handle gives
-    /// up and is poisoned (30 s by default).
+    /// up and is poisoned (30 s by default). Reads (message gets, the
+    /// stream's state) retry as long before they fail.
     pub fn append_retry_window(mut self, window: Duration) -> JetStreamOptions {
         self.append_retry_window = window;
         self
@@ -344,6 +354,10 @@ struct Shared {
     /// serving dropped batches). Batches never change once stored, and
     /// the writer's purges evict what they drop.
     cache: Option<Mutex<BatchCache>>,
+    /// The highest stream sequence this handle knows the stream holds (it
+    /// appended, read or was told of it): a cursor past it asks the stream
+    /// where it ends before reading ahead.
+    last_known: AtomicU64,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -429,18 +443,53 @@ impl Shared {
         }
     }
 
+    /// Runs a request, trying it again while it fails (a timeout, no
+    /// stream leader during an election, a broken connection), with pauses
+    /// doubling from [`APPEND_RETRY_PAUSE_MIN`] to [`APPEND_RETRY_PAUSE_MAX`],
+    /// for at most [`JetStreamOptions::append_retry_window`]: reads, like
+    /// appends, ride out a leader failover. `Ok(Err(..))` is an answer
+    /// `done` accepts as final (say, no message there).
+    fn retrying<T, E: std::fmt::Display>(
+        &self,
+        what: &str,
+        mut request: impl FnMut() -> std::result::Result<T, E>,
+        done: impl Fn(&E) -> bool,
+    ) -> std::result::Result<std::result::Result<T, E>, String> {
+        let deadline = std::time::Instant::now() + self.append_retry_window;
+        let mut pause = APPEND_RETRY_PAUSE_MIN;
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            match request() {
+                Ok(value) => return Ok(Ok(value)),
+                Err(error) if done(&error) => return Ok(Err(error)),
+                Err(error) => {
+                    if std::time::Instant::now() + pause > deadline {
+                        return Err(format!("{what}: {error} (try {attempt})"));
+                    }
+                    tracing::warn!(attempt, %error, "{what} of {} failed", self.name.display());
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(APPEND_RETRY_PAUSE_MAX);
+                }
+            }
+        }
+    }
+
     /// The message at `sequence`: `Ok(None)` if the stream has none there.
     fn get(&self, sequence: u64) -> Result<Option<jetstream::message::StreamMessage>> {
-        let stream = self.stream.clone();
-        let got = self.block(async move { stream.get_raw_message(sequence).await });
+        let got = self
+            .retrying(
+                &format!("message {sequence}"),
+                || {
+                    let stream = self.stream.clone();
+                    self.block(async move { stream.get_raw_message(sequence).await })
+                },
+                is_no_message,
+            )
+            .map_err(|message| self.io("read", io::ErrorKind::Other, message))?;
         match got {
             Ok(message) => Ok(Some(message)),
-            Err(error) if is_no_message(&error) => Ok(None),
-            Err(error) => Err(self.io(
-                "read",
-                io::ErrorKind::Other,
-                format!("message {sequence}: {error}"),
-            )),
+            Err(_) => Ok(None),
         }
     }
 
@@ -460,13 +509,11 @@ impl Shared {
             match result {
                 Ok(message) => messages.push(message),
                 Err(error) if is_no_message(&error) => break,
-                Err(error) => {
-                    return Err(self.io(
-                        "read",
-                        io::ErrorKind::Other,
-                        format!("message {sequence}: {error}"),
-                    ))
-                }
+                // A failover, say: that one again, with retries.
+                Err(_) => match self.get(sequence)? {
+                    Some(message) => messages.push(message),
+                    None => break,
+                },
             }
         }
         Ok(messages)
@@ -475,10 +522,21 @@ impl Shared {
     /// The stream's first and last sequence and message count, asked of
     /// its leader.
     fn stream_state(&self) -> Result<stream::State> {
-        let stream = self.stream.clone();
-        self.block(async move { stream.get_info().await })
-            .map(|info| info.state)
-            .map_err(|error| self.io("read the state of", io::ErrorKind::Other, error.to_string()))
+        self.retrying(
+            "the stream's state",
+            || {
+                let stream = self.stream.clone();
+                self.block(async move { stream.get_info().await })
+            },
+            |_| false,
+        )
+        .map(|info| {
+            let state = info.expect("every error is retried").state;
+            self.last_known
+                .fetch_max(state.last_sequence, Ordering::AcqRel);
+            state
+        })
+        .map_err(|message| self.io("read the state of", io::ErrorKind::Other, message))
     }
 
     fn head_at(&self, sequence: u64) -> Result<Option<BatchHead>> {
@@ -542,6 +600,8 @@ impl Shared {
         if let Some(cache) = &self.cache {
             cache.lock().insert(message.sequence, records.clone());
         }
+        self.last_known
+            .fetch_max(message.sequence, Ordering::AcqRel);
         Ok((head, records))
     }
 
@@ -715,7 +775,7 @@ fn decode_body(mut body: &[u8]) -> std::result::Result<Vec<Vec<u8>>, String> {
 fn batch_subject(prefix: &str, payloads: &[Vec<u8>]) -> String {
     let mut conversations = payloads
         .iter()
-        .map(|payload| convlog::codec::peek_conversation_id(payload));
+        .map(|payload| payload_conversation_id(payload));
     let first = conversations.next().flatten();
     match first {
         Some(id) if conversations.all(|other| other == Some(id)) => {
@@ -751,7 +811,7 @@ pub fn conversation_subject(store: &str, conversation_id: &str) -> String {
 fn description(store_id: &StoreId) -> String {
     format!(
         "convlog store id={} format={MESSAGE_FORMAT}",
-        format::store_id_hex(store_id)
+        store_id_hex(store_id)
     )
 }
 
@@ -958,7 +1018,7 @@ impl JetStreamLog {
                 .build(client)
         };
         let stream_name = stream_name(&url.store);
-        let new_id = format::new_store_id();
+        let new_id = new_store_id();
         let config = stream_config(&url, &new_id, options.replicas);
         let create = options.create && writable;
         let lookup_context = context.clone();
@@ -1031,8 +1091,8 @@ impl JetStreamLog {
                     io::ErrorKind::InvalidData,
                     format!(
                         "stream {stream_name} holds store {}, not the expected {}",
-                        format::store_id_hex(&store_id),
-                        format::store_id_hex(&expected)
+                        store_id_hex(&store_id),
+                        store_id_hex(&expected)
                     ),
                 ));
             }
@@ -1049,6 +1109,7 @@ impl JetStreamLog {
             writer_id: uuid::Uuid::new_v4().simple().to_string(),
             append_retry_window: options.append_retry_window,
             cache: writable.then(|| Mutex::new(BatchCache::default())),
+            last_known: AtomicU64::new(0),
             runtime: Some(runtime),
         });
         let writer = if writable {
@@ -1144,12 +1205,19 @@ impl EventLog for JetStreamLog {
         self.writer.is_some()
     }
 
-    /// The stream's own check is the claim: every append names the stream
-    /// sequence it follows (`Nats-Expected-Last-Sequence`), so a second
-    /// writer's first append after the other's fails and poisons it. The
-    /// claim itself admits every handle (docs/scale-out.md).
+    /// Every writable handle may append: the stream orders them (see
+    /// [`EventLog::many_writers`]).
     fn claim_writer(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// A writer shares the stream with any number of other writers: every
+    /// append names the stream sequence it follows
+    /// (`Nats-Expected-Last-Sequence`); one that loses the race stores
+    /// nothing and is [`Error::Conflict`] (no conversation), after this
+    /// handle learnt the stream's new end.
+    fn many_writers(&self) -> bool {
+        self.writer.is_some()
     }
 
     /// Every append waits for the stream's acknowledgement (stored by a
@@ -1209,6 +1277,7 @@ impl EventLog for JetStreamLog {
                         .collect();
                     cache.lock().insert(sequence, records);
                 }
+                self.shared.last_known.fetch_max(sequence, Ordering::AcqRel);
                 state.last_sequence = sequence;
                 state.last_chain = chain_after;
                 state.next_lsn = first_lsn + count;
@@ -1230,11 +1299,39 @@ impl EventLog for JetStreamLog {
                 Err(self.poisoned(&cause))
             }
             Err((PublishErrorKind::WrongLastSequence, message)) => {
-                let cause = format!(
-                    "another writer appended to the stream after message {expected} ({message}); this store's index lacks its events, so it appends no more"
+                // Another writer appended after message `expected`: the
+                // stream stored nothing of this batch (a retry of one it
+                // had stored would have been answered as a duplicate, which
+                // the stream checks first). Learn the stream's end, so the
+                // next try lands after it.
+                let (first_lsn_now, next_lsn, last_chain, stream) = self.shared.ends()?;
+                if stream.last_sequence <= expected {
+                    return Err(self.shared.io(
+                        "append to",
+                        io::ErrorKind::Other,
+                        format!(
+                            "the stream refused the batch after message {expected} ({message}) but ends at message {}",
+                            stream.last_sequence
+                        ),
+                    ));
+                }
+                tracing::debug!(
+                    expected,
+                    last = stream.last_sequence,
+                    "another writer appended to {} first",
+                    self.shared.name.display()
                 );
-                state.poisoned = Some(cause.clone());
-                Err(self.poisoned(&cause))
+                state.first_lsn = first_lsn_now;
+                state.next_lsn = next_lsn;
+                state.durable_lsn = next_lsn;
+                state.last_sequence = stream.last_sequence;
+                state.last_chain = last_chain;
+                Err(Error::Conflict {
+                    store: self.shared.name.clone(),
+                    conversation_id: None,
+                    expected: first_lsn,
+                    actual: next_lsn,
+                })
             }
             // Only when the headers push a batch just under the limit over
             // it: the client refused to send it, so nothing was stored.
@@ -1371,11 +1468,17 @@ impl EventLog for JetStreamLog {
     }
 
     fn binding_at(&self, lsn: Lsn) -> Result<Binding> {
-        let (first_lsn, next_lsn, last_chain, state) = match &self.writer {
-            Some(writer) => {
-                let writer = writer.lock();
-                (writer.first_lsn, writer.next_lsn, writer.last_chain, None)
-            }
+        let known = self.writer.as_ref().and_then(|writer| {
+            let writer = writer.lock();
+            // Past this writer's end: other writers may have appended.
+            (lsn <= writer.next_lsn).then_some((
+                writer.first_lsn,
+                writer.next_lsn,
+                writer.last_chain,
+            ))
+        });
+        let (first_lsn, next_lsn, last_chain, state) = match known {
+            Some((first_lsn, next_lsn, last_chain)) => (first_lsn, next_lsn, last_chain, None),
             None => {
                 let (first, next, chain, state) = self.shared.ends()?;
                 (first, next, chain, Some(state))
@@ -1429,6 +1532,18 @@ struct JetStreamCursor {
 }
 
 impl JetStreamCursor {
+    /// The batches from `sequence` on that a writer's cache holds, in
+    /// order, up to the first it does not (at most [`READ_AHEAD`]).
+    fn cached_from(&self, sequence: u64) -> Vec<(u64, Vec<Record>)> {
+        let Some(cache) = &self.shared.cache else {
+            return Vec::new();
+        };
+        let cache = cache.lock();
+        (sequence..sequence + READ_AHEAD)
+            .map_while(|at| cache.batches.get(&at).map(|records| (at, records.clone())))
+            .collect()
+    }
+
     /// Fills the buffer; `Ok(false)` at the end of what the stream holds.
     fn fill(&mut self) -> Result<bool> {
         let sequence = match self.next_sequence {
@@ -1447,37 +1562,60 @@ impl JetStreamCursor {
                 }
             }
         };
-        let messages = self.shared.get_many(sequence, READ_AHEAD)?;
-        if messages.is_empty() {
-            let state = self.shared.stream_state()?;
-            if sequence < state.first_sequence {
-                let (first_lsn, ..) = self.shared.ends()?;
-                return Err(self.shared.compacted(self.next_lsn, first_lsn));
+        // A writer's own batches (and those it read) are in its cache.
+        let mut batches = self.cached_from(sequence);
+        if batches.is_empty() {
+            // Read ahead as far as the stream is known to reach; past that,
+            // ask where it ends first (one request, not READ_AHEAD gets of
+            // messages that are not there).
+            let mut last = self.shared.last_known.load(Ordering::Acquire);
+            if sequence > last {
+                last = self.shared.stream_state()?.last_sequence;
             }
-            self.next_sequence = Some(sequence);
-            return Ok(false);
+            if sequence > last {
+                self.next_sequence = Some(sequence);
+                return Ok(false);
+            }
+            let count = (last - sequence + 1).min(READ_AHEAD);
+            let messages = self.shared.get_many(sequence, count)?;
+            if messages.is_empty() {
+                let state = self.shared.stream_state()?;
+                if sequence < state.first_sequence {
+                    let (first_lsn, ..) = self.shared.ends()?;
+                    return Err(self.shared.compacted(self.next_lsn, first_lsn));
+                }
+                self.next_sequence = Some(sequence);
+                return Ok(false);
+            }
+            for message in &messages {
+                batches.push((message.sequence, self.shared.records(message)?.1));
+            }
         }
         let mut next_sequence = sequence;
-        for message in &messages {
-            let (head, records) = self.shared.records(message)?;
-            if head.end_lsn() <= self.next_lsn {
-                next_sequence = message.sequence + 1;
+        for (batch_sequence, records) in batches {
+            // A stored batch holds at least one event (checked on decode).
+            let (Some(first), Some(last)) = (records.first(), records.last()) else {
+                continue;
+            };
+            let (first_lsn, end_lsn) = (first.lsn, last.lsn + 1);
+            if end_lsn <= self.next_lsn {
+                next_sequence = batch_sequence + 1;
                 continue;
             }
-            if head.first_lsn > self.next_lsn {
+            if first_lsn > self.next_lsn {
                 return Err(self.shared.damaged(
-                    message.sequence,
+                    batch_sequence,
                     format!(
-                        "the batch starts at LSN {}; LSN {} was expected (a gap)",
-                        head.first_lsn, self.next_lsn
+                        "the batch starts at LSN {first_lsn}; LSN {} was expected (a gap)",
+                        self.next_lsn
                     ),
                 ));
             }
             let next = self.next_lsn;
             self.buffered
                 .extend(records.into_iter().filter(|record| record.lsn >= next));
-            self.next_lsn = head.end_lsn();
-            next_sequence = message.sequence + 1;
+            self.next_lsn = end_lsn;
+            next_sequence = batch_sequence + 1;
         }
         self.next_sequence = Some(next_sequence);
         // `next_lsn` now tracks what is buffered; records returned set it.
@@ -1581,7 +1719,7 @@ mod tests {
 
     #[test]
     fn descriptions_carry_the_store_identity() {
-        let id = format::new_store_id();
+        let id = new_store_id();
         assert_eq!(parse_description(&description(&id)), Some(id));
         assert_eq!(parse_description("orders stream"), None);
         assert_eq!(

@@ -40,6 +40,8 @@ fn nats_options(replicas: usize) -> JetStreamOptions {
 struct Jet {
     url: String,
     dir: TempDir,
+    /// Another host's snapshot directory.
+    second_dir: TempDir,
     replicas: usize,
 }
 
@@ -48,6 +50,7 @@ impl Jet {
         Jet {
             url: cluster.url(store),
             dir: tempfile::tempdir().unwrap(),
+            second_dir: tempfile::tempdir().unwrap(),
             replicas,
         }
     }
@@ -77,6 +80,14 @@ impl Backing for Jet {
     fn follower_log(&self) -> Box<dyn EventLog> {
         Box::new(JetStreamLog::open_follower(&self.url, nats_options(self.replicas)).unwrap())
     }
+    fn open_another_writer(&self) -> Option<Store> {
+        Some(
+            StoreBuilder::new(self.second_dir.path())
+                .reducer(Counter)
+                .open_on(self.log())
+                .unwrap(),
+        )
+    }
 }
 
 /// A body of the shared suite.
@@ -89,7 +100,7 @@ fn the_store_behaves_on_a_replicated_jetstream_log_as_on_the_local_logs() {
     let Some(cluster) = Cluster::start(3) else {
         return;
     };
-    let bodies: [(&str, SuiteBody); 6] = [
+    let bodies: [(&str, SuiteBody); 7] = [
         (
             "reopen",
             suite::appends_reads_resume_and_reopen_behave_the_same_on_both_logs,
@@ -114,6 +125,7 @@ fn the_store_behaves_on_a_replicated_jetstream_log_as_on_the_local_logs() {
             "logview",
             suite::the_log_view_and_the_audit_timeline_read_every_log,
         ),
+        ("writers", suite::many_writers_share_one_log),
     ];
     for (store, body) in bodies {
         body(&Jet::new(&cluster, store, 3));
@@ -337,13 +349,14 @@ fn bad_configuration_and_input_get_clear_errors() {
 }
 
 /// What one racing writer got acknowledged, and how it stopped.
-type Outcome = (Vec<(Lsn, Vec<u8>)>, Option<Error>);
-
-/// Two writers on one store: the stream's expected-last-sequence check
-/// lets exactly one append after each message; the loser's handle stops
-/// with a clear error, and the log holds no interleaving.
+/// Two writers on one stream, appending at once: each append lands right
+/// after the last message its handle knows of (the stream's
+/// expected-last-sequence check), so one that loses the race stores
+/// nothing and is `Conflict`; the handle has learnt the new end and its
+/// retry lands after it. The stream holds exactly the acknowledged
+/// appends, gap-free, and neither handle is poisoned.
 #[test]
-fn two_writers_racing_get_a_clean_error_and_never_interleave() {
+fn two_writers_racing_both_append_and_never_interleave() {
     let Some(cluster) = Cluster::start(1) else {
         return;
     };
@@ -351,8 +364,9 @@ fn two_writers_racing_get_a_clean_error_and_never_interleave() {
     let writers: Vec<JetStreamLog> = (0..2)
         .map(|_| JetStreamLog::open(&url, nats_options(1)).unwrap())
         .collect();
+    assert!(writers.iter().all(|log| log.many_writers()));
     let barrier = Barrier::new(2);
-    let outcomes: Vec<Outcome> = std::thread::scope(|scope| {
+    let outcomes: Vec<Vec<(Lsn, Vec<u8>)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = writers
             .iter()
             .enumerate()
@@ -363,12 +377,23 @@ fn two_writers_racing_get_a_clean_error_and_never_interleave() {
                     let mut acked = Vec::new();
                     for i in 0..50 {
                         let payload = format!("w{writer_index}-{i}").into_bytes();
-                        match log.append(std::slice::from_ref(&payload), Durability::Group) {
-                            Ok((lsns, _)) => acked.push((lsns.start, payload)),
-                            Err(error) => return (acked, Some(error)),
+                        loop {
+                            match log.append(std::slice::from_ref(&payload), Durability::Group) {
+                                Ok((lsns, _)) => {
+                                    acked.push((lsns.start, payload));
+                                    break;
+                                }
+                                Err(Error::Conflict {
+                                    conversation_id: None,
+                                    expected,
+                                    actual,
+                                    ..
+                                }) => assert!(actual > expected, "{expected} -> {actual}"),
+                                Err(error) => panic!("writer {writer_index}: {error}"),
+                            }
                         }
                     }
-                    (acked, None)
+                    acked
                 })
             })
             .collect();
@@ -377,23 +402,10 @@ fn two_writers_racing_get_a_clean_error_and_never_interleave() {
             .map(|handle| handle.join().unwrap())
             .collect()
     });
-    let failed: Vec<&Error> = outcomes
-        .iter()
-        .filter_map(|(_, error)| error.as_ref())
-        .collect();
-    assert_eq!(failed.len(), 1, "exactly one writer loses: {failed:?}");
-    assert!(
-        matches!(failed[0], Error::Poisoned { cause, .. } if cause.contains("another writer")),
-        "{}",
-        failed[0]
-    );
-    let loser = writers.iter().find(|log| log.is_poisoned()).unwrap();
-    assert!(matches!(
-        loser.append(&[b"again".to_vec()], Durability::Group),
-        Err(Error::Poisoned { .. })
-    ));
+    assert!(writers.iter().all(|log| !log.is_poisoned()));
     // The stream holds exactly the acknowledged appends, gap-free.
-    let acked: BTreeMap<Lsn, Vec<u8>> = outcomes.into_iter().flat_map(|(acked, _)| acked).collect();
+    let acked: BTreeMap<Lsn, Vec<u8>> = outcomes.into_iter().flatten().collect();
+    assert_eq!(acked.len(), 100);
     let follower = JetStreamLog::open_follower(&url, nats_options(1)).unwrap();
     let stored: BTreeMap<Lsn, Vec<u8>> = follower
         .read_from(1)
@@ -405,32 +417,146 @@ fn two_writers_racing_get_a_clean_error_and_never_interleave() {
         stored.keys().copied().collect::<Vec<_>>(),
         (1..=stored.len() as u64).collect::<Vec<_>>()
     );
+}
 
-    // The same through two stores opened on an empty stream (both expect
-    // no message before their first append: nats-server checks an
-    // expected last sequence of 0 too): the second store's append is
-    // refused.
-    let dir = tempfile::tempdir().unwrap();
-    let first = convlog_nats::open_store(
-        &cluster.url("stores"),
-        dir.path(),
-        StoreOptions::new(),
-        nats_options(1),
-    )
-    .unwrap();
-    let second = convlog_nats::open_store(
-        &cluster.url("stores"),
-        dir.path(),
-        StoreOptions::new(),
-        nats_options(1),
-    )
-    .unwrap();
+/// Regression for the single-writer design: a second store opened on the
+/// stream was poisoned at its first append after the other's
+/// (`Error::Poisoned`, "another writer"). Now both append, and each serves
+/// the other's events.
+#[test]
+fn two_stores_on_one_stream_both_append_and_see_each_other() {
+    let Some(cluster) = Cluster::start(1) else {
+        return;
+    };
+    let url = cluster.url("stores");
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let open = |dir: &TempDir| {
+        convlog_nats::open_store(&url, dir.path(), StoreOptions::new(), nats_options(1)).unwrap()
+    };
+    let (first, second) = (open(&dirs[0]), open(&dirs[1]));
     first.append(&[said("a", 0, Role::User, "first")]).unwrap();
-    assert!(matches!(
-        second.append(&[said("a", 0, Role::User, "second")]),
-        Err(Error::Poisoned { .. })
-    ));
-    assert_eq!(first.conversation("a").unwrap().len(), 1);
+    assert_eq!(
+        second
+            .append(&[said("a", 1, Role::User, "second")])
+            .unwrap(),
+        2..3
+    );
+    for store in [&first, &second] {
+        let texts: Vec<String> = store
+            .conversation("a")
+            .unwrap()
+            .entries()
+            .filter_map(|entry| entry.content.clone())
+            .collect();
+        assert_eq!(texts, ["first", "second"]);
+    }
+}
+
+/// Two hosts (two stores, two connections) race many times on one
+/// conversation, each appending a tool call and then its result, both
+/// conditionally on the version it read: in every round exactly one wins
+/// and the other gets `Conflict` naming the conversation; the conversation
+/// holds every winner's call immediately followed by its result, and
+/// nothing is unfinished.
+#[test]
+fn hosts_racing_on_one_conversation_get_one_winner_and_keep_tool_calls_paired() {
+    use convlog::model::{ConversationEntry, ToolCall};
+    use convlog::store::{AppendOptions, Expect};
+
+    let Some(cluster) = Cluster::start(3) else {
+        return;
+    };
+    let url = cluster.url("pairs");
+    const ROUNDS: u64 = 25;
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let stores: Vec<Store> = dirs
+        .iter()
+        .map(|dir| {
+            convlog_nats::open_store(&url, dir.path(), StoreOptions::new(), nats_options(3))
+                .unwrap()
+        })
+        .collect();
+    stores[0]
+        .append(&[ConversationEntry::user("eval-1", 0, "go").recorded_in("c")])
+        .unwrap();
+    let barrier = Barrier::new(2);
+    let wins: Vec<Vec<u64>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = stores
+            .iter()
+            .enumerate()
+            .map(|(host, store)| {
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    let mut won = Vec::new();
+                    for round in 0..ROUNDS {
+                        // Both read the same version before either appends.
+                        let read = store.conversation("c").unwrap().last_lsn();
+                        barrier.wait();
+                        let call_id = format!("call-{round}-{host}");
+                        let call = ConversationEntry::assistant_calling(
+                            "eval-1",
+                            1 + 2 * round,
+                            [ToolCall::new(&call_id, "weather", "{}")],
+                        )
+                        .recorded_in("c");
+                        let expect = AppendOptions::new().expect(Expect::conversation("c", read));
+                        match store.append_with(&[call], expect) {
+                            Ok(lsns) => {
+                                let result = ConversationEntry::tool_result(
+                                    "eval-1",
+                                    2 + 2 * round,
+                                    &call_id,
+                                    "weather",
+                                    "18C",
+                                )
+                                .recorded_in("c");
+                                let after = AppendOptions::new()
+                                    .expect(Expect::conversation("c", lsns.end - 1));
+                                store.append_with(&[result], after).unwrap();
+                                won.push(round);
+                            }
+                            Err(Error::Conflict {
+                                conversation_id: Some(id),
+                                expected,
+                                actual,
+                                ..
+                            }) => {
+                                assert_eq!(id, "c");
+                                assert!(actual > expected);
+                            }
+                            Err(error) => panic!("host {host}, round {round}: {error}"),
+                        }
+                        // The winner's result is in before the next read.
+                        barrier.wait();
+                    }
+                    won
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().unwrap())
+            .collect()
+    });
+    let mut rounds: Vec<u64> = wins.iter().flatten().copied().collect();
+    rounds.sort_unstable();
+    assert_eq!(
+        rounds,
+        (0..ROUNDS).collect::<Vec<_>>(),
+        "exactly one host wins each round: {wins:?}"
+    );
+    for store in &stores {
+        let slice = store.conversation("c").unwrap();
+        let entries: Vec<_> = slice.entries().collect();
+        assert_eq!(entries.len() as u64, 1 + 2 * ROUNDS);
+        for pair in entries[1..].chunks(2) {
+            let call_id = &pair[0].tool_calls[0].call_id;
+            assert_eq!(pair[1].tool_call_id.as_ref(), Some(call_id), "{pair:?}");
+        }
+        let state = store.resume("c", &Default::default()).unwrap();
+        assert!(state.unfinished_calls.is_empty());
+        assert_eq!(state.finished_calls.len() as u64, ROUNDS);
+    }
 }
 
 /// SIGKILL the stream's leader while four threads append batches: after
@@ -534,20 +660,35 @@ fn a_killed_stream_leader_loses_no_acknowledged_append() {
     }
     // The killed node comes back and catches up with the stream.
     cluster.restart(killed);
+    wait_until_current(
+        &cluster,
+        survivor,
+        killed,
+        "convlog-failover",
+        log.last_sequence().unwrap(),
+    );
+    // And the writer goes on.
+    let (lsns, _) = log.append(&[b"after".to_vec()], Durability::Group).unwrap();
+    assert_eq!(lsns.start, acked_events as u64 + 1);
+}
+
+/// Waits (on states, bounded by `READY_TIMEOUT`) until node `killed`,
+/// restarted, holds `stream` up to `last` and is current, asking node
+/// `via`.
+fn wait_until_current(cluster: &Cluster, via: usize, killed: usize, stream: &str, last: u64) {
     let killed_name = cluster.nodes[killed].name.clone();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let address = format!("127.0.0.1:{}", cluster.nodes[survivor].port);
-    let last = log.last_sequence().unwrap();
+    let address = format!("127.0.0.1:{}", cluster.nodes[via].port);
     wait_for(&format!("{killed_name} catching up"), READY_TIMEOUT, || {
         runtime.block_on(async {
             let Ok(client) = async_nats::connect(address.as_str()).await else {
                 return false;
             };
             let context = async_nats::jetstream::new(client);
-            let Ok(stream) = context.get_stream("convlog-failover").await else {
+            let Ok(stream) = context.get_stream(stream).await else {
                 return false;
             };
             let Ok(info) = stream.get_info().await else {
@@ -561,9 +702,200 @@ fn a_killed_stream_leader_loses_no_acknowledged_append() {
                 })
         })
     });
-    // And the writer goes on.
-    let (lsns, _) = log.append(&[b"after".to_vec()], Durability::Group).unwrap();
-    assert_eq!(lsns.start, acked_events as u64 + 1);
+}
+
+/// The store URL a host process of
+/// `host_processes_appending_through_a_leader_failover_lose_and_duplicate_nothing`
+/// appends to, and its number.
+const WRITER_URL_VARIABLE: &str = "CONVLOG_NATS_TEST_WRITER_URL";
+const WRITER_INDEX_VARIABLE: &str = "CONVLOG_NATS_TEST_WRITER_INDEX";
+/// Batches each host process appends.
+const HOST_APPENDS: u64 = 40;
+
+/// Batch `i` of host `host`: 1 to 3 events of its own conversation.
+fn host_batch(host: u64, i: u64) -> Vec<convlog::model::Event> {
+    (0..1 + i % 3)
+        .map(|j| {
+            said(
+                &format!("h{host}"),
+                i * 3 + j,
+                Role::User,
+                &format!("h{host}-{i}-{j}"),
+            )
+        })
+        .collect()
+}
+
+/// Several host processes append to one store (each through its own
+/// `Store`, racing the others for the stream's end) while the stream
+/// leader is SIGKILLed: every append a host saw acknowledged is there
+/// after the failover, whole (one message) at the LSNs it was given,
+/// nothing is stored twice or unacknowledged, the LSNs are gap-free, and
+/// the killed node, restarted, catches up.
+#[test]
+fn host_processes_appending_through_a_leader_failover_lose_and_duplicate_nothing() {
+    use std::io::{BufRead, BufReader, Write};
+
+    if let Ok(url) = std::env::var(WRITER_URL_VARIABLE) {
+        // A host: append, report each acknowledgement, then end.
+        let host: u64 = std::env::var(WRITER_INDEX_VARIABLE)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            convlog_nats::open_store(&url, dir.path(), StoreOptions::new(), nats_options(3))
+                .unwrap();
+        println!("OPEN");
+        std::io::stdout().flush().unwrap();
+        for i in 0..HOST_APPENDS {
+            let lsns = store.append(&host_batch(host, i)).unwrap();
+            println!("ACK {host} {i} {} {}", lsns.start, lsns.end);
+            std::io::stdout().flush().unwrap();
+        }
+        // Its conversation, read through the index it shares with the
+        // other hosts' batches.
+        let events: u64 = (0..HOST_APPENDS).map(|i| 1 + i % 3).sum();
+        let own = store.conversation(&format!("h{host}")).unwrap();
+        assert_eq!(own.len() as u64, events);
+        println!("DONE");
+        return;
+    }
+    let Some(mut cluster) = Cluster::start(3) else {
+        return;
+    };
+    const HOSTS: u64 = 3;
+    let url = cluster.url("hostfail");
+    // The stream exists before the hosts race to open it.
+    drop(JetStreamLog::open(&url, nats_options(3)).unwrap());
+    let (lines, received) = std::sync::mpsc::channel::<String>();
+    let mut hosts: Vec<std::process::Child> = (0..HOSTS)
+        .map(|host| {
+            let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "host_processes_appending_through_a_leader_failover_lose_and_duplicate_nothing",
+                    "--nocapture",
+                ])
+                .env(WRITER_URL_VARIABLE, &url)
+                .env(WRITER_INDEX_VARIABLE, host.to_string())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stdout = BufReader::new(child.stdout.take().unwrap());
+            let lines = lines.clone();
+            std::thread::spawn(move || {
+                for line in stdout.lines().map_while(Result::ok) {
+                    if lines.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            child
+        })
+        .collect();
+    drop(lines);
+    // (host, batch) -> LSNs, as the hosts report them.
+    let mut acked: BTreeMap<(u64, u64), (Lsn, Lsn)> = BTreeMap::new();
+    let mut done = 0;
+    let mut killed = None;
+    let mut take = |line: &str, acked: &mut BTreeMap<(u64, u64), (Lsn, Lsn)>| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["ACK", host, i, start, end] => {
+                let number = |word: &str| word.parse::<u64>().unwrap();
+                let fresh = acked
+                    .insert((number(host), number(i)), (number(start), number(end)))
+                    .is_none();
+                assert!(fresh, "{line}: acknowledged twice");
+            }
+            ["DONE"] => done += 1,
+            _ => {}
+        }
+    };
+    loop {
+        let line = match received.recv_timeout(READY_TIMEOUT * 2) {
+            Ok(line) => line,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(error) => panic!("no word from the hosts: {error}"),
+        };
+        take(&line, &mut acked);
+        // Kill the leader once every host has appended a few batches.
+        if killed.is_none() && acked.len() as u64 >= 3 * HOSTS {
+            let leader = cluster
+                .stream_leader(0, "convlog-hostfail")
+                .expect("the stream has a leader");
+            let index = cluster.index_of(&leader);
+            cluster.kill(index);
+            eprintln!(
+                "killed the stream leader {leader} after {} acknowledged appends",
+                acked.len()
+            );
+            killed = Some((index, leader, acked.len() as u64));
+        }
+    }
+    for host in &mut hosts {
+        assert!(host.wait().unwrap().success(), "a host process failed");
+    }
+    let (killed, leader, before) = killed.expect("the leader was killed");
+    assert_eq!(done, HOSTS);
+    assert_eq!(acked.len() as u64, HOSTS * HOST_APPENDS);
+    assert!(
+        before < HOSTS * HOST_APPENDS,
+        "the leader died while appends were under way"
+    );
+    let survivor = (killed + 1) % 3;
+    assert!(
+        cluster
+            .stream_leader(survivor, "convlog-hostfail")
+            .is_some_and(|now| now != leader),
+        "the stream has a new leader"
+    );
+    // Read back through a new handle.
+    let reader = JetStreamLog::open_follower(&url, nats_options(3)).unwrap();
+    let records: Vec<_> = reader.read_from(1).collect::<convlog::Result<_>>().unwrap();
+    let lsns: Vec<Lsn> = records.iter().map(|record| record.lsn).collect();
+    assert_eq!(
+        lsns,
+        (1..=lsns.len() as u64).collect::<Vec<_>>(),
+        "gap-free"
+    );
+    let unique: HashSet<&[u8]> = records
+        .iter()
+        .map(|record| record.payload.as_slice())
+        .collect();
+    assert_eq!(unique.len(), records.len(), "no event is stored twice");
+    let acked_events: u64 = acked.values().map(|(start, end)| end - start).sum();
+    assert_eq!(
+        records.len() as u64,
+        acked_events,
+        "only acknowledged batches are stored"
+    );
+    for (&(host, i), &(start, end)) in &acked {
+        // Events carry a fresh id and time: compare by their texts.
+        let held: Vec<&convlog::log::Record> = records[(start - 1) as usize..(end - 1) as usize]
+            .iter()
+            .collect();
+        assert_eq!(
+            held.len() as u64,
+            1 + i % 3,
+            "host {host}'s batch {i}: {start}..{end}"
+        );
+        for (j, record) in held.iter().enumerate() {
+            let event = format!("{:?}", record.event().unwrap());
+            let text = format!("{:?}", format!("h{host}-{i}-{j}"));
+            assert!(
+                event.contains(&text),
+                "host {host}'s batch {i} is whole at {start}..{end}: {event}"
+            );
+        }
+        let positions: HashSet<_> = held.iter().map(|record| record.position).collect();
+        assert_eq!(positions.len(), 1, "one batch is one message");
+    }
+    // The killed node comes back and catches up.
+    cluster.restart(killed);
+    let last = reader.read_from(1).last().unwrap().unwrap().position.offset;
+    wait_until_current(&cluster, survivor, killed, "convlog-hostfail", last);
 }
 
 /// The host process of `a_host_killed_mid_tool_call_is_resumed_from_another_process`.

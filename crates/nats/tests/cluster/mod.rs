@@ -222,6 +222,38 @@ impl Cluster {
             );
             let _ = index;
         }
+        // A cluster answers before its meta leader counts every peer
+        // online: a stream of one replica per node is placed only then
+        // ("no suitable peers for placement" before, on a loaded machine).
+        let running: Vec<&Node> = self
+            .nodes
+            .iter()
+            .filter(|node| node.child.is_some())
+            .collect();
+        if running.len() > 1 {
+            let address = format!("127.0.0.1:{}", running[0].port);
+            let replicas = running.len();
+            wait_for(
+                &format!("a stream of {replicas} replicas to be placed"),
+                READY_TIMEOUT,
+                || {
+                    runtime.block_on(async {
+                        let Ok(client) = async_nats::connect(address.as_str()).await else {
+                            return false;
+                        };
+                        let context = async_nats::jetstream::new(client);
+                        let probe = async_nats::jetstream::stream::Config {
+                            name: "ready-probe".to_string(),
+                            subjects: vec!["ready-probe.>".to_string()],
+                            num_replicas: replicas,
+                            ..Default::default()
+                        };
+                        let created = context.get_or_create_stream(probe).await.is_ok();
+                        created && context.delete_stream("ready-probe").await.is_ok()
+                    })
+                },
+            );
+        }
     }
 
     /// The name of the node leading `stream` now (asked of node `via`).

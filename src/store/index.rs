@@ -330,24 +330,7 @@ impl StoreCore {
                 if codec::peek_conversation_id(payload).is_some_and(|id| id != conversation_id) {
                     return Ok(());
                 }
-                // Encrypted: a sealed event is opened in place. A plain
-                // conversation's entries and status changes are folded
-                // without copying the texts the fold drops. Anything else is
-                // decoded whole (and opened).
-                if let Some(key) = key {
-                    if let Some(event) =
-                        key.open_payload(conversation_id, lsn, payload, &mut scratch)?
-                    {
-                        slice.apply_owned(event, lsn);
-                        return Ok(());
-                    }
-                } else if let Some(event) = codec::decode_fold_event(payload) {
-                    slice.apply_decoded(event, lsn);
-                    return Ok(());
-                }
-                let event = codec::decode_event_at(lsn, payload)?;
-                slice.apply_owned(self.open_event(key, conversation_id, lsn, event)?, lsn);
-                Ok(())
+                self.fold_payload(&mut slice, conversation_id, key, lsn, payload, &mut scratch)
             };
             match reader.visit_frames(&locators, &mut fold) {
                 Ok(()) => return Ok(Some(slice)),
@@ -383,6 +366,34 @@ impl StoreCore {
             }
         }
         Ok(Some(slice))
+    }
+
+    /// Folds one event of conversation `conversation_id` into `slice`, its
+    /// payload borrowed from the log. Encrypted: a sealed event is opened in
+    /// place. A plain conversation's entries and status changes are folded
+    /// without copying the texts the fold drops. Anything else is decoded
+    /// whole (and opened).
+    fn fold_payload(
+        &self,
+        slice: &mut ConversationSlice,
+        conversation_id: &str,
+        key: Option<&crate::erasure::ConversationKey>,
+        lsn: Lsn,
+        payload: &[u8],
+        scratch: &mut crate::erasure::OpenScratch,
+    ) -> Result<()> {
+        if let Some(key) = key {
+            if let Some(event) = key.open_payload(conversation_id, lsn, payload, scratch)? {
+                slice.apply_owned(event, lsn);
+                return Ok(());
+            }
+        } else if let Some(event) = codec::decode_fold_event(payload) {
+            slice.apply_decoded(event, lsn);
+            return Ok(());
+        }
+        let event = codec::decode_event_at(lsn, payload)?;
+        slice.apply_owned(self.open_event(key, conversation_id, lsn, event)?, lsn);
+        Ok(())
     }
 
     /// A conversation's slice in the snapshot: `None` when it has none

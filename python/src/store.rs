@@ -285,6 +285,29 @@ pub fn batch_text(py: Python<'_>, events: &Bound<'_, PyAny>) -> PyResult<String>
         .map_err(|error| errors::invalid_argument(format!("events: {error}")))
 }
 
+/// Opens the JetStream store at `url` (`nats://host:port[,host:port...]/STORE`,
+/// docs/scale-out.md) with its snapshots in the store's bucket and the
+/// contexts reducer; the replica count of a new store from
+/// `CONVLOG_NATS_REPLICAS`.
+#[cfg(feature = "nats")]
+fn open_url(url: &str, options: StoreOptions, read_only: bool) -> convlog::Result<Store> {
+    let nats = convlog_nats::options_from_env()?;
+    convlog_nats::open_store_shared_with(url, options, nats, read_only, |builder| {
+        builder.reducer(ContextsReducer)
+    })
+}
+
+/// Without the `nats` feature a store URL is refused.
+#[cfg(not(feature = "nats"))]
+fn open_url(url: &str, _options: StoreOptions, _read_only: bool) -> convlog::Result<Store> {
+    Err(convlog::Error::InvalidOption {
+        option: "path",
+        reason: format!(
+            "{url:?} is a store URL, but this build of the convlog package has no JetStream support (the `nats` feature of python/Cargo.toml)"
+        ),
+    })
+}
+
 /// A convlog store: the event log, conversations folded from it, and
 /// snapshots. See docs/python.md.
 #[pyclass(module = "convlog._convlog", name = "Store", frozen)]
@@ -332,6 +355,18 @@ impl PyStore {
             options = options.snapshot_every_events(snapshot_every_events);
         }
         let dir = path.clone();
+        if let Some(url) = dir.to_str().filter(|text| text.starts_with("nats://")) {
+            let url = url.to_string();
+            let store = py
+                .detach(move || open_url(&url, options, read_only))
+                .map_err(errors::to_py)?;
+            return Ok(PyStore {
+                dir: path,
+                read_only,
+                inner: RwLock::new(Some(Arc::new(store))),
+                sequences: Arc::new(Mutex::new(SequenceCache::default())),
+            });
+        }
         let store = py
             .detach(|| {
                 // Every store registers the contexts reducer, as the CLI's

@@ -21,6 +21,7 @@ mod export;
 mod help;
 mod import;
 mod input;
+mod remote;
 mod resume;
 mod shell;
 mod tamper;
@@ -67,7 +68,7 @@ enum Command {
     #[command(after_help = help::APPEND_HELP)]
     Append {
         /// The store directory (a store is created in it if it is missing or
-        /// empty).
+        /// empty), or a store URL nats://host:port[,host:port...]/STORE.
         store: PathBuf,
         /// When an event is acknowledged (its LSN printed).
         #[arg(long, value_enum, default_value_t = DurabilityArg::Group)]
@@ -245,7 +246,8 @@ enum Command {
     #[command(after_help = help::SERVE_HELP)]
     Serve {
         /// The store directory (a store is created in it if it is missing or
-        /// empty). The server holds its writer's lock.
+        /// empty; the server holds its writer's lock), or a store URL
+        /// nats://host:port[,host:port...]/STORE (docs/scale-out.md).
         store: PathBuf,
         /// Where to listen (loopback by default; put TLS in a reverse proxy).
         #[arg(long, value_name = "ADDR", default_value = convlog_server::DEFAULT_LISTEN)]
@@ -445,6 +447,7 @@ fn init_logging() {
 
 /// Runs one command.
 fn run(command: Command) -> Result<(), shell::Failure> {
+    refuse_url_for_files(&command)?;
     match command {
         Command::Append {
             store,
@@ -540,6 +543,32 @@ fn run(command: Command) -> Result<(), shell::Failure> {
         ),
         conversation_command => run_on_conversations(conversation_command),
     }
+}
+
+/// The commands that read or copy a store directory's files refuse a store
+/// URL (`nats://...`), saying so; the others open it through the store.
+fn refuse_url_for_files(command: &Command) -> Result<(), shell::Failure> {
+    let (name, store, what) = match command {
+        Command::Dump { store, .. } => ("dump", store, "reads the segment files"),
+        Command::Verify { store, .. } => ("verify", store, "checks the segment and snapshot files"),
+        Command::Stats { store } => ("stats", store, "counts the segment files"),
+        Command::Backup { store, .. } => ("backup", store, "copies the store's files"),
+        Command::Erase { store, .. } => (
+            "erase",
+            store,
+            "destroys a key in the store's key table (encryption at rest is for store directories)",
+        ),
+        Command::Inspect { store, .. } => ("inspect", store, "reads the segment files"),
+        Command::Tail { store, .. } => ("tail", store, "reads and follows the segment files"),
+        Command::Export {
+            store,
+            format: export::ExportFormat::Html,
+            ..
+        } => ("export --format html", store, "reads the segment files"),
+        Command::DemoWorker { store } => ("demo-worker", store, "writes a store directory"),
+        _ => return Ok(()),
+    };
+    remote::refuse_url(name, store, what)
 }
 
 /// The commands about conversations: resume, chat and export,

@@ -43,8 +43,12 @@ pub fn row(label: &str, value: impl std::fmt::Display) {
     }
 }
 
-/// Fails unless `dir` holds a store, so a mistyped path is not created.
+/// Fails unless `dir` holds a store, so a mistyped path is not created
+/// (for a store URL: unless the cluster has the store).
 pub fn existing_store(dir: &Path) -> Result<(), Failure> {
+    if crate::remote::is_url(dir) {
+        return crate::remote::check_exists(dir);
+    }
     LogReader::open(dir)?;
     Ok(())
 }
@@ -77,7 +81,7 @@ pub fn store_key(key_file: Option<&Path>) -> Result<Option<StoreKey>, Failure> {
     }
 }
 
-/// Opens the store read-only, beside any running writer: no lock, nothing
+/// Opens the store read-only (a directory or a store URL), beside any running writer: no lock, nothing
 /// written. No host reducers: a snapshot taken by a host without them still
 /// serves conversations.
 ///
@@ -87,7 +91,11 @@ pub fn open_store_read_only(dir: &Path) -> Result<Store, Failure> {
     let options = StoreOptions::default()
         .encryption(store_key(None)?)
         .tamper(crate::tamper::WriterArgs::default().options()?);
-    let store = Store::open_read_only(dir, options)?;
+    let store = if crate::remote::is_url(dir) {
+        crate::remote::open(dir, options, true)?
+    } else {
+        Store::open_read_only(dir, options)?
+    };
     // Catch up now, so a damaged log fails here with its location.
     store.refresh()?;
     Ok(store)
@@ -109,6 +117,9 @@ pub fn open_store(dir: &Path, options: StoreOptions) -> Result<Store, Failure> {
         Some(_) => options,
         None => options.tamper(crate::tamper::WriterArgs::default().options()?),
     };
+    if crate::remote::is_url(dir) {
+        return crate::remote::open(dir, options, false);
+    }
     Ok(StoreBuilder::new(dir)
         .options(options)
         .reducer(ContextsReducer)

@@ -66,6 +66,14 @@ use convlog::store::{Store, StoreOptions};
 use convlog::{Error, Result};
 use parking_lot::Mutex;
 
+mod snapshots;
+mod surface;
+pub use snapshots::{
+    open_store_shared, open_store_shared_read_only, open_store_shared_with, snapshot_bucket_name,
+    SnapshotBucket,
+};
+pub use surface::{options_from_env, REPLICAS_ENV};
+
 /// The `segment` of every locator a [`JetStreamLog`] hands out; the
 /// `offset` is the batch's stream sequence.
 pub const JETSTREAM_SEGMENT: u64 = 1;
@@ -283,7 +291,8 @@ pub fn subject_prefix(store: &str) -> String {
 }
 
 /// Opens the store at `url` (`nats://host:port/STORE`) with its snapshots
-/// in `snapshot_dir` (a local directory for now; see docs/scale-out.md).
+/// in the local directory `snapshot_dir` ([`open_store_shared`] keeps them
+/// in the store's object store bucket instead; see docs/scale-out.md).
 pub fn open_store(
     url: &str,
     snapshot_dir: impl AsRef<Path>,

@@ -175,6 +175,55 @@ fn tamper_options(
     Ok(Some(options))
 }
 
+/// Whether `store` is a store URL (`nats://...`) rather than a directory.
+pub fn is_store_url(store: &Path) -> bool {
+    store
+        .to_str()
+        .is_some_and(|text| text.starts_with("nats://"))
+}
+
+/// Opens the JetStream store at the URL `url` as its writer, with the
+/// server's host reducers and its snapshots in the store's bucket.
+#[cfg(feature = "nats")]
+fn open_url(
+    url: &Path,
+    key: Option<StoreKey>,
+    tamper: Option<convlog::tamper::TamperOptions>,
+) -> Result<Store, String> {
+    let text = url.to_str().unwrap_or_default();
+    if key.is_some() {
+        return Err(format!(
+            "{text}: encryption at rest ({STORE_KEY_FILE_ENV}) is not supported on a JetStream store yet"
+        ));
+    }
+    if tamper.is_some() {
+        return Err(format!(
+            "{text}: tamper evidence ([tamper] or {TAMPER_KEY_FILE_ENV}) is not supported on a JetStream store yet"
+        ));
+    }
+    let nats = convlog_nats::options_from_env().map_err(|error| error.to_string())?;
+    convlog_nats::open_store_shared_with(text, StoreOptions::default(), nats, false, |builder| {
+        builder
+            .reducer(ContextsReducer)
+            .reducer(meta::ServerMetaReducer)
+            .reducer(meta::GenerationsReducer)
+    })
+    .map_err(|error| error.to_string())
+}
+
+/// Without the `nats` feature a store URL is refused.
+#[cfg(not(feature = "nats"))]
+fn open_url(
+    url: &Path,
+    _key: Option<StoreKey>,
+    _tamper: Option<convlog::tamper::TamperOptions>,
+) -> Result<Store, String> {
+    Err(format!(
+        "{}: this server was built without the `nats` feature, so it serves store directories only",
+        url.display()
+    ))
+}
+
 /// A server ready to serve: its store open, its agents started.
 pub struct Server {
     state: Arc<AppState>,
@@ -183,7 +232,9 @@ pub struct Server {
 
 impl Server {
     /// Opens the store at `store_dir` (creating it if missing; fails with
-    /// the store's lock error when another process writes it), reads the
+    /// the store's lock error when another process writes it) or at the
+    /// store URL `nats://host:port[,host:port...]/STORE` (a JetStream store,
+    /// docs/scale-out.md; the `nats` feature), reads the
     /// tokens (`token_env` through `env`) and starts every agent's client
     /// and MCP servers.
     pub async fn open(
@@ -205,16 +256,19 @@ impl Server {
             .as_ref()
             .is_some_and(|tamper| tamper.checkpoint_path.is_some());
         let store = tokio::task::spawn_blocking(move || {
+            if is_store_url(&dir) {
+                return open_url(&dir, key, tamper);
+            }
             StoreBuilder::new(&dir)
                 .options(StoreOptions::default().encryption(key).tamper(tamper))
                 .reducer(ContextsReducer)
                 .reducer(meta::ServerMetaReducer)
                 .reducer(meta::GenerationsReducer)
                 .open()
+                .map_err(|error| error.to_string())
         })
         .await
-        .map_err(|error| error.to_string())?
-        .map_err(|error| error.to_string())?;
+        .map_err(|error| error.to_string())??;
         let store = Arc::new(store);
         let streams = Arc::new(stream::Streams::new(
             config.limits.streams_per_user,
@@ -513,7 +567,7 @@ fn made_up_request_id() -> String {
 /// `convlog serve`'s arguments.
 #[derive(Debug, Clone)]
 pub struct ServeArgs {
-    /// The store directory.
+    /// The store directory, or a store URL (`nats://host:port/STORE`).
     pub store: PathBuf,
     /// Where to listen.
     pub listen: SocketAddr,

@@ -7,12 +7,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::serving::{request, serve_with_env, token_hash, Serving};
 use common::{stderr, stdout};
 use serde_json::{json, Value};
 
@@ -206,13 +207,8 @@ fn commands_on_a_directorys_files_refuse_a_url_and_an_unreachable_url_is_clear()
     assert!(stderr(&bad).contains("store name"), "{}", stderr(&bad));
 }
 
-const TOKEN: &str = "alice-token";
-
 fn write_config(dir: &Path) -> PathBuf {
-    let hash: String = convlog_server::config::hash_token(TOKEN)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
+    let hash = token_hash();
     let path = dir.join("server.toml");
     std::fs::write(
         &path,
@@ -234,21 +230,8 @@ token_sha256 = "{hash}"
     path
 }
 
-/// One HTTP/1.1 POST with the token; the status and the JSON body.
-fn post(address: &str, path: &str, body: Value) -> (u16, Value) {
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    let body = body.to_string();
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    let status = answer.split(' ').nth(1).unwrap().parse().unwrap();
-    let json = serde_json::from_str(answer.split_once("\r\n\r\n").unwrap().1).unwrap();
-    (status, json)
+fn post(url: &str, body: Value) -> (u16, Value) {
+    request("POST", url, Some(body)).unwrap()
 }
 
 #[test]
@@ -259,34 +242,17 @@ fn serve_runs_on_a_store_url() {
     let url = nats.url("served");
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path());
-    let mut server = Command::new(env!("CARGO_BIN_EXE_convlog"))
-        .args(["serve", &url, "--listen", "127.0.0.1:0", "--config"])
-        .arg(&config)
-        .env_remove("CONVLOG_LOG")
-        .env("CONVLOG_NATS_REPLICAS", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(server.stderr.take().unwrap());
-    let mut line = String::new();
-    lines.read_line(&mut line).unwrap();
-    let address = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("expected `listening on ADDR`, got {line:?}"))
-        .to_string();
-    std::thread::spawn(move || for _ in lines.lines() {});
+    let Serving {
+        child: mut server,
+        url: base,
+    } = serve_with_env(Path::new(&url), &config, &[("CONVLOG_NATS_REPLICAS", "1")]);
     let (status, body) = post(
-        &address,
-        "/contexts",
+        &format!("{base}/contexts"),
         json!({"agent_id": "assistant", "context_id": "ctx_1"}),
     );
     assert_eq!(status, 201, "{body}");
     let (status, body) = post(
-        &address,
-        "/context/add-messages",
+        &format!("{base}/context/add-messages"),
         json!({"context_id": "ctx_1", "messages": [{"sender": "human", "message": "kept"}]}),
     );
     assert_eq!(status, 200, "{body}");

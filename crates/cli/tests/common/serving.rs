@@ -32,6 +32,11 @@ pub struct Serving {
 /// Starts `convlog serve STORE --config CONFIG` on a free loopback port and
 /// waits for its `listening on` line.
 pub fn serve(store: &Path, config: &Path) -> Serving {
+    serve_with_env(store, config, &[])
+}
+
+/// [`serve`] with the variables `env` set for the server.
+pub fn serve_with_env(store: &Path, config: &Path, env: &[(&str, &str)]) -> Serving {
     let mut child = Command::new(env!("CARGO_BIN_EXE_convlog"))
         .args([
             "serve",
@@ -42,6 +47,7 @@ pub fn serve(store: &Path, config: &Path) -> Serving {
         ])
         .arg(config)
         .env_remove("CONVLOG_LOG")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -401,9 +401,8 @@ impl Store {
     }
 
     /// An event read from the log (`lsn` is its LSN) in its plain form: a
-    /// sealed event (a `custom` event of kind
-    /// [`SEALED_KIND`](crate::erasure::SEALED_KIND)) opened with its
-    /// conversation's key; any other event as it is. For readers of the
+    /// sealed event (a `custom` event of kind [`SEALED_KIND`]) opened with
+    /// its conversation's key; any other event as it is. For readers of the
     /// raw log ([`Store::log`]) of an encrypted store.
     ///
     /// Fails with [`Error::Erased`] for an event of an erased conversation,

@@ -147,13 +147,7 @@ impl Store {
             state.index_frame(&numbered, position);
             state.events_since_snapshot += events.len() as u64;
             state.bytes_since_snapshot += bytes;
-            self.options
-                .snapshot_every_events
-                .is_some_and(|every| state.events_since_snapshot >= every)
-                || self
-                    .options
-                    .snapshot_every_bytes
-                    .is_some_and(|every| state.bytes_since_snapshot >= every)
+            self.snapshot_due(&state)
         };
         drop(order);
         let folded = {
@@ -196,6 +190,18 @@ impl Store {
         Ok(lsns.start + sealed.made.len() as Lsn..lsns.end)
     }
 
+    /// Whether the events or bytes appended since the last snapshot reach
+    /// `snapshot_every_events` or `snapshot_every_bytes`.
+    fn snapshot_due(&self, state: &super::index::State) -> bool {
+        self.options
+            .snapshot_every_events
+            .is_some_and(|every| state.events_since_snapshot >= every)
+            || self
+                .options
+                .snapshot_every_bytes
+                .is_some_and(|every| state.bytes_since_snapshot >= every)
+    }
+
     /// Whether this store is a writer that follows its log: a log with
     /// many writers ([`EventLog::many_writers`](crate::log::EventLog::many_writers)).
     fn following_writers(&self) -> bool {
@@ -221,16 +227,7 @@ impl Store {
             // and reports the error if it persists.
             tracing::warn!(store = %self.log.dir().display(), error = %error, "an appended batch could not be indexed yet");
         }
-        let due = {
-            let state = self.state.read();
-            self.options
-                .snapshot_every_events
-                .is_some_and(|every| state.events_since_snapshot >= every)
-                || self
-                    .options
-                    .snapshot_every_bytes
-                    .is_some_and(|every| state.bytes_since_snapshot >= every)
-        };
+        let due = self.snapshot_due(&self.state.read());
         self.dispatch_observers();
         if due {
             self.request_snapshot();

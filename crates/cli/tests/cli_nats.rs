@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::serving::{request, serve_with_env, token_hash, Serving};
+use common::serving::{request, serve_with_env, write_config, Serving};
 use common::{stderr, stdout};
 use serde_json::{json, Value};
 
@@ -205,29 +205,6 @@ fn commands_on_a_directorys_files_refuse_a_url_and_an_unreachable_url_is_clear()
     let bad = convlog(&["append", "nats://127.0.0.1:4222/bad.name"], b"");
     assert_eq!(bad.status.code(), Some(1));
     assert!(stderr(&bad).contains("store name"), "{}", stderr(&bad));
-}
-
-fn write_config(dir: &Path) -> PathBuf {
-    let hash = token_hash();
-    let path = dir.join("server.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[[agents]]
-id = "assistant"
-provider = "openai-compatible"
-model = "none"
-base_url = "http://127.0.0.1:9/v1"
-
-[[users]]
-id = "alice"
-token_sha256 = "{hash}"
-"#
-        ),
-    )
-    .unwrap();
-    path
 }
 
 fn post(url: &str, body: Value) -> (u16, Value) {

@@ -5,37 +5,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::serving::{get, request, serve, token_hash};
+use common::serving::{get, request, serve, write_config};
 use common::{path_arg, run_convlog};
 use serde_json::{json, Value};
-
-fn write_config(dir: &Path) -> PathBuf {
-    let path = dir.join("server.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"
-[[agents]]
-id = "assistant"
-provider = "openai-compatible"
-model = "none"
-base_url = "http://127.0.0.1:9/v1"
-
-[[users]]
-id = "alice"
-token_sha256 = "{}"
-"#,
-            token_hash()
-        ),
-    )
-    .unwrap();
-    path
-}
 
 fn post(url: &str, body: Value) -> std::io::Result<(u16, Value)> {
     request("POST", url, Some(body))

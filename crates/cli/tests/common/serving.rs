@@ -4,7 +4,7 @@
 //! not as a client's retry).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
@@ -21,6 +21,31 @@ pub fn token_hash() -> String {
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect()
+}
+
+/// Writes `DIR/server.toml`: one agent whose model no test calls (an
+/// unreachable upstream) and the user `alice` with [`TOKEN`]; its path.
+pub fn write_config(dir: &Path) -> PathBuf {
+    let path = dir.join("server.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[[agents]]
+id = "assistant"
+provider = "openai-compatible"
+model = "none"
+base_url = "http://127.0.0.1:9/v1"
+
+[[users]]
+id = "alice"
+token_sha256 = "{}"
+"#,
+            token_hash()
+        ),
+    )
+    .unwrap();
+    path
 }
 
 /// A running `convlog serve` and its base URL.

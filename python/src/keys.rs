@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use convlog::erasure::StoreKey;
-use convlog::tamper::{Checkpoint, TamperKey, TamperOptions};
+use convlog::tamper::{Checkpoint, PublicKey, TamperKey, TamperOptions};
 use pyo3::prelude::*;
 use serde_json::{json, Value};
 
@@ -23,6 +23,32 @@ pub const ERASE_BY_CHARS_MAX: usize = 256;
 /// was given.
 pub fn store_key(key_file: Option<&Path>) -> convlog::Result<Option<StoreKey>> {
     key_file.map(StoreKey::from_file).transpose()
+}
+
+/// The tamper key file at `path`. The library refuses a bad tamper key
+/// file with `InvalidOption`, a bad store key file with `KeyFile`; the
+/// package raises `KeyFileError` for both, so one `except` covers every
+/// refused key file.
+pub fn tamper_key(path: &Path) -> convlog::Result<TamperKey> {
+    TamperKey::load(path).map_err(|error| as_key_file(path, error))
+}
+
+/// The public key file at `path` (`KeyFileError` when refused, as above).
+pub fn public_key(path: &Path) -> convlog::Result<PublicKey> {
+    PublicKey::load(path).map_err(|error| as_key_file(path, error))
+}
+
+fn as_key_file(path: &Path, error: convlog::Error) -> convlog::Error {
+    match error {
+        convlog::Error::InvalidOption {
+            option: "tamper key file" | "tamper key or checkpoint file",
+            reason,
+        } => convlog::Error::KeyFile {
+            path: path.to_path_buf(),
+            reason,
+        },
+        other => other,
+    }
 }
 
 /// What `Store.open` takes for tamper evidence.
@@ -78,7 +104,7 @@ impl TamperArgs {
                 "it is 0; it must be at least 1 (or None: checkpoints only on demand, Store.checkpoint())",
             ));
         }
-        let mut options = TamperOptions::new(TamperKey::load(key_file)?);
+        let mut options = TamperOptions::new(tamper_key(key_file)?);
         if let Some(file) = &self.checkpoint_file {
             options = options.checkpoint_path(file.clone());
         }
@@ -144,7 +170,7 @@ pub fn keygen(
                 }));
             }
             let secret = match &rotate {
-                Some(old) => TamperKey::load(old)?.rotated()?,
+                Some(old) => tamper_key(old)?.rotated()?,
                 None => TamperKey::generate()?,
             };
             let public_path = public.clone().unwrap_or_else(|| {

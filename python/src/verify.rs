@@ -50,8 +50,8 @@ impl Keys {
         }
         Ok(Keys {
             store: keys::store_key(key_file)?,
-            tamper: tamper_key_file.map(TamperKey::load).transpose()?,
-            public: public_key_file.map(PublicKey::load).transpose()?,
+            tamper: tamper_key_file.map(keys::tamper_key).transpose()?,
+            public: public_key_file.map(keys::public_key).transpose()?,
             head: head.map(Checkpoint::load).transpose()?,
         })
     }

@@ -45,10 +45,20 @@ def test_content_is_sealed_at_rest_and_reads_back_whole(store_path: Path, key: P
             "I live at 12 Rue de Rivoli",
             "My card ends in 4242",
         ]
-        # Raw reads give the events as appended, not their sealed form.
+        # Raw reads give the events as appended, not their sealed form,
+        # after the store's own record of the conversation's key.
         events = [event for _, event in store.events(conversation_id="alice")]
-        assert [event["type"] for event in events] == ["conversation_recorded"] * 2
-        lsn = next(lsn for lsn, event in store.events() if event.get("conversation_id") == "bob")
+        assert [event["type"] for event in events] == ["custom"] + ["conversation_recorded"] * 2
+        assert events[0]["kind"] == "convlog.key_made"
+        assert [event["entry"]["content"] for event in events[1:]] == [
+            "I live at 12 Rue de Rivoli",
+            "My card ends in 4242",
+        ]
+        lsn = next(
+            lsn
+            for lsn, event in store.events()
+            if event.get("conversation_id") == "bob" and event["type"] == "conversation_recorded"
+        )
         assert store.event(lsn)["entry"]["content"] == "Weather in Oslo?"
     on_disk = segment_bytes(store_path)
     assert b"Rue de Rivoli" not in on_disk and b"Oslo" not in on_disk
@@ -109,6 +119,7 @@ def test_a_read_only_follower_with_the_key_tails_opened_events(store_path: Path,
         record(writer)
         with convlog.Store.open(store_path, read_only=True, key_file=key) as reader:
             tail = reader.tail(from_lsn=1, conversation_id="bob", idle_timeout=30)
+            assert next(tail)[1]["kind"] == "convlog.key_made"
             lsn, event = next(tail)
             assert event["entry"]["content"] == "Weather in Oslo?"
             writer.append([user("bob", "And tomorrow?")])

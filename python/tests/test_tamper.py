@@ -45,7 +45,7 @@ def checkpoint_lsn(head: Path) -> int:
 
 def new_key(tmp_path: Path) -> tuple[Path, Path]:
     outside = tmp_path / "outside"
-    outside.mkdir(exist_ok=True)
+    outside.mkdir(parents=True, exist_ok=True)
     key = outside / "audit.key"
     made = convlog.keygen(key)
     assert made == {
@@ -294,3 +294,24 @@ def test_async_store_signs_checkpoints(tmp_path: Path) -> None:
 
     assert asyncio.run(run())["lsn"] == 1
     assert convlog.verify(tmp_path / "store", public_key_file=public, head=head)["tamper"]["checkpoint_lsn"] == 1
+
+
+def test_tamper_evidence_is_chosen_when_a_store_is_created(signed: Signed, tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    with convlog.Store.open(plain) as store:
+        store.append([user("trip", "hello")])
+    with pytest.raises(convlog.InvalidOptionError, match="created without tamper evidence"):
+        convlog.Store.open(plain, tamper_key_file=signed.key)
+    # A tamper-evident store is written only with its key...
+    with pytest.raises(convlog.InvalidOptionError, match="only a writer with its key may append"):
+        convlog.Store.open(signed.store)
+    # ... not with another one, whose tags would not extend the chain.
+    other, _ = new_key(tmp_path / "elsewhere")
+    with pytest.raises(convlog.TamperedError) as caught:
+        convlog.Store.open(signed.store, tamper_key_file=other)
+    assert caught.value.tamper_kind == "Forged"
+    # It reads without the key (snapshots unchecked: docs/tamper.md).
+    with convlog.Store.open(signed.store, read_only=True) as reader:
+        assert len(reader.conversation("trip")) == EVENTS
+    with pytest.raises(convlog.StoreIOError, match="missing.key"):
+        convlog.Store.open(signed.store, tamper_key_file=tmp_path / "missing.key")

@@ -8,7 +8,7 @@ meanwhile.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional
 
@@ -44,6 +44,7 @@ class AsyncStore:
         tamper_key_file: Optional[StrPath] = None,
         checkpoint_file: Optional[StrPath] = None,
         checkpoint_every_events: Optional[int] = None,
+        on_checkpoint: Optional[Callable[[dict[str, Any]], object]] = None,
     ) -> "AsyncStore":
         store = await asyncio.to_thread(
             Store.open,
@@ -56,6 +57,7 @@ class AsyncStore:
             tamper_key_file=tamper_key_file,
             checkpoint_file=checkpoint_file,
             checkpoint_every_events=checkpoint_every_events,
+            on_checkpoint=on_checkpoint,
         )
         return cls(store)
 

@@ -1,6 +1,6 @@
 """Type stubs of convlog's native module (python/src, PyO3)."""
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional, final
 
@@ -50,6 +50,7 @@ class Store:
         tamper_key_file: Optional[StrPath] = None,
         checkpoint_file: Optional[StrPath] = None,
         checkpoint_every_events: Optional[int] = None,
+        on_checkpoint: Optional[Callable[[dict[str, Any]], object]] = None,
     ) -> "Store": ...
     def close(self) -> None: ...
     @property

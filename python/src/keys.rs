@@ -5,9 +5,11 @@
 //! package reads no environment variable for keys.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use convlog::erasure::StoreKey;
 use convlog::tamper::{Checkpoint, PublicKey, TamperKey, TamperOptions};
+use parking_lot::Mutex;
 use pyo3::prelude::*;
 use serde_json::{json, Value};
 
@@ -51,6 +53,72 @@ fn as_key_file(path: &Path, error: convlog::Error) -> convlog::Error {
     }
 }
 
+/// A host's Python callable for every checkpoint the writer signs
+/// (`Store.open(..., on_checkpoint=...)`). The writer signs under locks of
+/// its own, so the callable is never called there: the writer queues each
+/// checkpoint, and the `Store` call that made it (an append, `checkpoint()`,
+/// `close()`, a write of message control, ...) hands the queue to the
+/// callable once its native work has returned, in the calling thread, with
+/// the GIL held and no lock of the store held. The callable may use the
+/// store.
+#[derive(Clone, Default)]
+pub struct CheckpointFeed(Option<Arc<Feed>>);
+
+struct Feed {
+    callable: Py<PyAny>,
+    /// The checkpoint file, for the dicts' `path`.
+    path: Option<PathBuf>,
+    queued: Mutex<Vec<Checkpoint>>,
+}
+
+impl CheckpointFeed {
+    pub fn new(callable: Option<Py<PyAny>>, path: Option<PathBuf>) -> CheckpointFeed {
+        CheckpointFeed(callable.map(|callable| {
+            Arc::new(Feed {
+                callable,
+                path,
+                queued: Mutex::new(Vec::new()),
+            })
+        }))
+    }
+
+    /// Whether a callable was given.
+    pub fn is_some(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// `options` with the writer's callback that queues each checkpoint.
+    pub fn attach(&self, options: TamperOptions) -> TamperOptions {
+        match &self.0 {
+            Some(feed) => {
+                let feed = Arc::clone(feed);
+                options.on_checkpoint(move |checkpoint| feed.queued.lock().push(*checkpoint))
+            }
+            None => options,
+        }
+    }
+
+    /// Calls the callable with each queued checkpoint (as
+    /// `Store.checkpoint()` returns it), oldest first. Every one is handed
+    /// over even if the callable raises; the first exception is returned.
+    pub fn deliver(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(feed) = &self.0 else {
+            return Ok(());
+        };
+        let queued = std::mem::take(&mut *feed.queued.lock());
+        let mut first_error = None;
+        for checkpoint in queued {
+            let value = checkpoint_value(&checkpoint, feed.path.as_deref());
+            let called = convert::to_py(py, &value)
+                .and_then(|value| feed.callable.call1(py, (value,)).map(drop));
+            if let Err(error) = called {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
 /// What `Store.open` takes for tamper evidence.
 #[derive(Debug, Default, Clone)]
 pub struct TamperArgs {
@@ -60,6 +128,8 @@ pub struct TamperArgs {
     pub checkpoint_file: Option<PathBuf>,
     /// Sign a checkpoint every this many events (`checkpoint_every_events`).
     pub checkpoint_every_events: Option<u64>,
+    /// Whether a callable for the checkpoints was given (`on_checkpoint`).
+    pub on_checkpoint: bool,
 }
 
 impl TamperArgs {
@@ -81,6 +151,12 @@ impl TamperArgs {
                     "checkpoints are signed with the tamper key: give tamper_key_file too",
                 ));
             }
+            if self.on_checkpoint {
+                return Err(invalid(
+                    "on_checkpoint",
+                    "checkpoints are signed with the tamper key: give tamper_key_file too",
+                ));
+            }
             return Ok(None);
         };
         if read_only {
@@ -88,6 +164,8 @@ impl TamperArgs {
                 Some("checkpoint_file")
             } else if self.checkpoint_every_events.is_some() {
                 Some("checkpoint_every_events")
+            } else if self.on_checkpoint {
+                Some("on_checkpoint")
             } else {
                 None
             };

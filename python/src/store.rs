@@ -358,6 +358,9 @@ pub struct PyStore {
     /// Where the writer publishes its checkpoints (`checkpoint_file`):
     /// `close()` signs a last one there.
     checkpoint_file: Option<PathBuf>,
+    /// The host's callable for checkpoints (`on_checkpoint`), handed the
+    /// ones a call made when it returns.
+    feed: keys::CheckpointFeed,
     inner: RwLock<Option<Arc<Store>>>,
     /// Held by appends that leave a sequence for the store to fill, from
     /// reading the next sequence until the batch is appended, so two such
@@ -386,7 +389,7 @@ impl PyStore {
     /// an encrypted store (docs/erasure.md), with `tamper_key_file` a
     /// tamper-evident one (docs/tamper.md).
     #[staticmethod]
-    #[pyo3(signature = (path, durability="group", read_only=false, *, interval_ms=None, snapshot_every_events=None, key_file=None, tamper_key_file=None, checkpoint_file=None, checkpoint_every_events=None))]
+    #[pyo3(signature = (path, durability="group", read_only=false, *, interval_ms=None, snapshot_every_events=None, key_file=None, tamper_key_file=None, checkpoint_file=None, checkpoint_every_events=None, on_checkpoint=None))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
@@ -399,7 +402,15 @@ impl PyStore {
         tamper_key_file: Option<PathBuf>,
         checkpoint_file: Option<PathBuf>,
         checkpoint_every_events: Option<u64>,
+        on_checkpoint: Option<Py<PyAny>>,
     ) -> PyResult<PyStore> {
+        if let Some(callable) = &on_checkpoint {
+            if !callable.bind(py).is_callable() {
+                return Err(pyo3::exceptions::PyTypeError::new_err(
+                    "on_checkpoint must be a callable taking the checkpoint dict",
+                ));
+            }
+        }
         let mut options =
             StoreOptions::new().durability(self::durability(durability, interval_ms)?);
         if snapshot_every_events.is_some() {
@@ -409,14 +420,20 @@ impl PyStore {
             key_file: tamper_key_file,
             checkpoint_file: checkpoint_file.clone(),
             checkpoint_every_events,
+            on_checkpoint: on_checkpoint.is_some(),
         };
+        let feed = keys::CheckpointFeed::new(on_checkpoint, checkpoint_file.clone());
         let dir = path.clone();
         let is_url = dir.to_str().is_some_and(|text| text.starts_with("nats://"));
         let store = py
             .detach(|| -> convlog::Result<Store> {
                 let options = options
                     .encryption(keys::store_key(key_file.as_deref())?)
-                    .tamper(tamper.options(read_only)?);
+                    .tamper(
+                        tamper
+                            .options(read_only)?
+                            .map(|options| feed.attach(options)),
+                    );
                 if is_url {
                     return open_url(&dir.to_string_lossy(), options, read_only);
                 }
@@ -436,6 +453,7 @@ impl PyStore {
             dir: path,
             read_only,
             checkpoint_file,
+            feed,
             inner: RwLock::new(Some(Arc::new(store))),
             sequences: Arc::new(Mutex::new(SequenceCache::default())),
         })
@@ -444,22 +462,27 @@ impl PyStore {
     /// Closes the store: releases the writer's lock (once no call in another
     /// thread still uses it). Idempotent.
     ///
-    /// A tamper-evident store opened with `checkpoint_file` signs a last
-    /// checkpoint first, covering everything appended (as the CLI does
-    /// when a command ends); if that fails, the store is closed all the
-    /// same and the error raised.
+    /// A tamper-evident store opened with `checkpoint_file` or
+    /// `on_checkpoint` signs a last checkpoint first, covering everything
+    /// appended (as the CLI does when a command ends); if that fails, the
+    /// store is closed all the same and the error raised.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let store = self.inner.write().take();
-        let sign = self.checkpoint_file.is_some() && !self.read_only;
-        py.detach(move || -> convlog::Result<()> {
-            let signed = match &store {
-                Some(store) if sign && store.is_tamper_evident() => store.checkpoint().map(drop),
-                _ => Ok(()),
-            };
-            drop(store);
-            signed
-        })
-        .map_err(errors::to_py)
+        let sign = (self.checkpoint_file.is_some() || self.feed.is_some()) && !self.read_only;
+        let closed = py
+            .detach(move || -> convlog::Result<()> {
+                let signed = match &store {
+                    Some(store) if sign && store.is_tamper_evident() => {
+                        store.checkpoint().map(drop)
+                    }
+                    _ => Ok(()),
+                };
+                drop(store);
+                signed
+            })
+            .map_err(errors::to_py);
+        let delivered = self.feed.deliver(py);
+        closed.and(delivered)
     }
 
     /// Whether `close()` was called.
@@ -538,7 +561,10 @@ impl PyStore {
                     .appended(&events);
                 Ok(lsns)
             })
-            .map_err(errors::to_py)?;
+            .map_err(errors::to_py);
+        let delivered = self.feed.deliver(py);
+        let lsns = lsns?;
+        delivered?;
         PyRange::new(py, lsns.start as isize, lsns.end as isize)
     }
 
@@ -773,7 +799,9 @@ impl PyStore {
                 Ok(api::rendered_value(&request))
             })
             .map_err(errors::to_py);
+        let delivered = self.feed.deliver(py);
         let value = api::after_managers(value)??;
+        delivered?;
         convert::to_py(py, &value)
     }
 
@@ -810,7 +838,9 @@ impl PyStore {
                 )
             })
             .map_err(errors::to_py);
+        let delivered = self.feed.deliver(py);
         let (entries, strategy, original_count, lsn) = api::after_managers(curated)??;
+        delivered?;
         let dict = PyDict::new(py);
         dict.set_item("curated_count", entries.len())?;
         dict.set_item("entries", api::entries_to_py(py, &entries)?)?;
@@ -832,6 +862,7 @@ impl PyStore {
             self.store(py)?,
             history,
             self.sequences.clone(),
+            self.feed.clone(),
         ))
     }
 
@@ -860,8 +891,11 @@ impl PyStore {
         let store = self.store(py)?;
         let report = py
             .detach(|| store.erase(conversation_id, by))
-            .map_err(errors::to_py)?;
+            .map_err(errors::to_py);
         self.sequences.lock().forget(conversation_id);
+        let delivered = self.feed.deliver(py);
+        let report = report?;
+        delivered?;
         let value = match (&report.erasure, report.lsn) {
             (Some(erasure), Some(lsn)) => serde_json::json!({
                 "conversation_id": erasure.conversation_id,
@@ -912,7 +946,10 @@ impl PyStore {
     /// returns it: `{"lsn", "epoch", "store_id", "digest", "text", "path"}`.
     fn checkpoint(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let store = self.store(py)?;
-        let checkpoint = py.detach(|| store.checkpoint()).map_err(errors::to_py)?;
+        let checkpoint = py.detach(|| store.checkpoint()).map_err(errors::to_py);
+        let delivered = self.feed.deliver(py);
+        let checkpoint = checkpoint?;
+        delivered?;
         convert::to_py(
             py,
             &keys::checkpoint_value(&checkpoint, self.checkpoint_file.as_deref()),

@@ -315,3 +315,58 @@ def test_tamper_evidence_is_chosen_when_a_store_is_created(signed: Signed, tmp_p
         assert len(reader.conversation("trip")) == EVENTS
     with pytest.raises(convlog.StoreIOError, match="missing.key"):
         convlog.Store.open(signed.store, tamper_key_file=tmp_path / "missing.key")
+
+
+def test_on_checkpoint_gets_every_checkpoint_after_the_call_that_signed_it(tmp_path: Path) -> None:
+    key, public = new_key(tmp_path)
+    head = tmp_path / "outside" / "store.head"
+    shipped: list[dict[str, Any]] = []
+    store: convlog.Store
+
+    def ship(checkpoint: dict[str, Any]) -> None:
+        # Called with no lock of the store held: the store may be used here
+        # (closed already for the last checkpoint, the one close() signs).
+        checkpoint["entries"] = None if store.closed else len(store.conversation("trip"))
+        shipped.append(checkpoint)
+
+    store = convlog.Store.open(
+        tmp_path / "store", tamper_key_file=key, checkpoint_file=head, checkpoint_every_events=2, on_checkpoint=ship
+    )
+    with store:
+        append_questions(store, 0, 2)
+        assert [(each["lsn"], each["entries"]) for each in shipped] == [(2, 2)]
+        assert shipped[0]["text"] == head.read_text() and shipped[0]["path"] == str(head)
+        append_questions(store, 2, 1)
+        assert store.checkpoint()["lsn"] == 3
+        control = store.message_control()
+        control.create_context("alice", "ctx")  # event 4: crosses the interval
+        assert [each["lsn"] for each in shipped] == [2, 3, 4]
+    assert [(each["lsn"], each["entries"]) for each in shipped][2:] == [(4, 3), (4, None)]  # close signs a last one
+
+
+def test_an_exception_of_on_checkpoint_is_raised_and_the_append_stands(tmp_path: Path) -> None:
+    key, public = new_key(tmp_path)
+
+    def refuse(checkpoint: dict[str, Any]) -> None:
+        raise RuntimeError(f"cannot ship the checkpoint of LSN {checkpoint['lsn']}")
+
+    store = convlog.Store.open(tmp_path / "store", tamper_key_file=key, checkpoint_every_events=1, on_checkpoint=refuse)
+    with pytest.raises(RuntimeError, match="LSN 1"):
+        store.append([user("trip", "hello")])
+    assert len(store.conversation("trip")) == 1  # stored all the same
+    with pytest.raises(RuntimeError, match="LSN 1"):
+        store.checkpoint()
+    with pytest.raises(RuntimeError, match="LSN 1"):
+        store.close()  # the last checkpoint: signed, then refused by the callable
+    assert store.closed
+    report = convlog.verify(tmp_path / "store", tamper_key_file=key)
+    assert report["tamper"]["frames_authenticated"] == 1
+
+
+def test_on_checkpoint_needs_the_tamper_key_and_a_callable(tmp_path: Path) -> None:
+    key, _ = new_key(tmp_path)
+    with pytest.raises(convlog.InvalidOptionError) as caught:
+        convlog.Store.open(tmp_path / "plain", on_checkpoint=print)
+    assert caught.value.option == "on_checkpoint"
+    with pytest.raises(TypeError, match="callable"):
+        convlog.Store.open(tmp_path / "signed", tamper_key_file=key, on_checkpoint="print")  # type: ignore[arg-type]

@@ -27,6 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::log::Lsn;
+
+mod fold;
 use crate::model::{
     ConversationRecorded, CustomEvent, Event, HistoryCurated, MessagesReplaced, ToolStatusChanged,
 };
@@ -218,17 +220,6 @@ fn encoded_size_hint(event: &Event) -> usize {
     }
 }
 
-/// The head of a body whose first field is its conversation id
-/// (`conversation_recorded`, `tool_status`, `messages_replaced`,
-/// `history_curated`): the envelope `peek_conversation_id` decodes. The
-/// model structs keep `conversation_id` first (a comment on each says so);
-/// `tests::the_peeked_id_is_the_decoded_one` checks this head against every
-/// kind.
-#[derive(Deserialize)]
-struct IdFirstHead<'a> {
-    conversation_id: &'a str,
-}
-
 /// The head of a `custom` body: `kind`, then the optional conversation id.
 #[derive(Deserialize)]
 struct CustomHead<'a> {
@@ -263,7 +254,7 @@ pub fn peek_conversation_id(payload: &[u8]) -> Option<&str> {
         KIND_CONVERSATION_RECORDED
         | KIND_TOOL_STATUS
         | KIND_MESSAGES_REPLACED
-        | KIND_HISTORY_CURATED => decode_head::<IdFirstHead>(body).map(|head| head.conversation_id),
+        | KIND_HISTORY_CURATED => fold::leading_str(body),
         KIND_CUSTOM => decode_head::<CustomHead>(body)?.conversation_id,
         _ => None,
     }
@@ -359,14 +350,13 @@ pub(crate) enum FoldEvent<'a> {
 
 /// [`ToolStatusChanged`] borrowed from its payload: the same fields in the
 /// same order (the body's layout, docs/format.md section 12).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct ToolStatusRef<'a> {
     pub(crate) conversation_id: &'a str,
     pub(crate) evaluation_id: &'a str,
     pub(crate) call_id: &'a str,
     pub(crate) status: crate::model::ToolStatus,
     pub(crate) at: crate::model::Timestamp,
-    #[serde(borrow)]
     pub(crate) error: Option<&'a str>,
     pub(crate) resumed: bool,
 }
@@ -386,20 +376,6 @@ impl ToolStatusRef<'_> {
     }
 }
 
-/// [`crate::model::ConversationRecorded`] with the texts the fold drops
-/// (conversation and session id) borrowed: the same fields in the same
-/// order (docs/format.md section 12).
-#[derive(Deserialize)]
-struct RecordedRef<'a> {
-    conversation_id: &'a str,
-    #[serde(borrow)]
-    #[allow(dead_code)]
-    session_id: Option<&'a str>,
-    #[allow(dead_code)]
-    created_at: crate::model::Timestamp,
-    entry: crate::model::ConversationEntry,
-}
-
 /// Decodes a `conversation_recorded` or `tool_status` payload for the
 /// conversation fold without copying the texts the fold drops; `None` for
 /// any other payload, or one that does not decode (decode it with
@@ -407,22 +383,11 @@ struct RecordedRef<'a> {
 /// [`decode_event`] gives the same one, owned
 /// (`tests::the_fold_decode_is_decode_event`).
 pub(crate) fn decode_fold_event(payload: &[u8]) -> Option<FoldEvent<'_>> {
-    fn whole<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Option<T> {
-        match bincode::serde::borrow_decode_from_slice(body, decode_config()) {
-            Ok((value, read)) if read == body.len() => Some(value),
-            _ => None,
-        }
-    }
     match payload {
         [version, KIND_CONVERSATION_RECORDED, body @ ..] if is_known_version(*version) => {
-            whole::<RecordedRef>(body).map(|recorded| FoldEvent::Recorded {
-                conversation_id: recorded.conversation_id,
-                entry: recorded.entry,
-            })
+            fold::recorded(body)
         }
-        [version, KIND_TOOL_STATUS, body @ ..] if is_known_version(*version) => {
-            whole::<ToolStatusRef>(body).map(FoldEvent::Status)
-        }
+        [version, KIND_TOOL_STATUS, body @ ..] if is_known_version(*version) => fold::status(body),
         _ => None,
     }
 }
@@ -1318,8 +1283,50 @@ mod tests {
             },
         )));
         events.push(status_change("call_2", ToolStatus::Running));
+        // Every width of varint, a second call, long texts (two-byte
+        // lengths), the extreme times.
+        let mut wide = full_entry();
+        wide.sequence = 1 << 40;
+        wide.turn = 70_000;
+        wide.created_at = Timestamp(i64::MIN);
+        wide.content = Some("é".repeat(200));
+        wide.tool_calls
+            .push(ToolCall::new("call_2", "lookup", "{\"k\":1}"));
+        wide.tool_calls[0].started_at = Some(Timestamp(i64::MAX));
+        wide.metadata.insert("c".repeat(300), String::new());
+        events.push(Event::ConversationRecorded(Box::new(
+            ConversationRecorded {
+                conversation_id: "c".repeat(ID_BYTES_MAX),
+                session_id: None,
+                created_at: Timestamp(1 << 33),
+                entry: wide,
+            },
+        )));
+        let mut long_status = status_change("call_3", ToolStatus::Completed);
+        if let Event::ToolStatus(change) = &mut long_status {
+            change.error = Some("x".repeat(300));
+            change.at = Timestamp(-(1 << 20));
+        }
+        events.push(long_status);
+        // A fixed pseudo-random stream (xorshift) of edits with two to
+        // four bytes changed at once, beside the one-byte edits below.
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
         for event in &events {
             let bytes = encode_event(event);
+            for _ in 0..500 {
+                let mut altered = bytes.clone();
+                for _ in 0..2 + next() % 3 {
+                    let at = (next() % bytes.len() as u64) as usize;
+                    altered[at] = next() as u8;
+                }
+                check_fold_decode(&altered);
+            }
             for version in [1, 2] {
                 let mut other = bytes.clone();
                 other[0] = version;
@@ -1333,7 +1340,7 @@ mod tests {
             extra.push(0);
             check_fold_decode(&extra);
             for at in 0..bytes.len() {
-                for value in [0u8, 1, 0x7F, 0x80, 0xFB, 0xFF] {
+                for value in [0u8, 1, 0x7F, 0x80, 0xFB, 0xFC, 0xFD, 0xFE, 0xFF] {
                     let mut altered = bytes.clone();
                     altered[at] = value;
                     check_fold_decode(&altered);
@@ -1342,6 +1349,45 @@ mod tests {
         }
         check_fold_decode(&[]);
         check_fold_decode(&[9, KIND_TOOL_STATUS]);
+    }
+
+    /// Forms the encoder never writes but bincode reads, and so must the
+    /// fold decode: a varint in a wider form than it needs, a metadata key
+    /// given twice (the last value stays).
+    #[test]
+    fn the_fold_decode_reads_what_bincode_reads_beyond_the_encoder() {
+        let entry = full_entry();
+        let payload = encode_event(&entry.clone().recorded_in("c"));
+        let sequence = [0x04, b'e', b'v', b'a', b'l', 0x07];
+        let at = payload
+            .windows(sequence.len())
+            .position(|window| window == sequence)
+            .expect("the evaluation id and sequence")
+            + sequence.len()
+            - 1;
+        for wider in [
+            &[0xFB, 0x07, 0x00][..],
+            &[0xFC, 0x07, 0, 0, 0],
+            &[0xFD, 0x07, 0, 0, 0, 0, 0, 0, 0],
+        ] {
+            let mut widened = payload[..at].to_vec();
+            widened.extend_from_slice(wider);
+            widened.extend_from_slice(&payload[at + 1..]);
+            check_fold_decode(&widened);
+            assert!(decode_fold_event(&widened).is_some(), "{wider:?}");
+        }
+        let twice = payload.len() - 4;
+        assert_eq!(&payload[twice..], &[0x01, b'b', 0x01, b'2']);
+        let mut repeated = payload.clone();
+        repeated[twice + 1] = b'a';
+        check_fold_decode(&repeated);
+        match decode_fold_event(&repeated) {
+            Some(FoldEvent::Recorded { entry, .. }) => {
+                assert_eq!(entry.metadata.len(), 1);
+                assert_eq!(entry.metadata["a"], "2");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -158,7 +158,11 @@ impl<'a> EvaluationState<'a> {
                 .last()
                 .is_some_and(|last| last.role == Role::Assistant && last.tool_calls.is_empty());
         EvaluationState {
-            next_sequence: slice.next_sequence(evaluation_id),
+            // `slice.next_sequence`, from the entries in hand: the last in
+            // order has the highest sequence.
+            next_sequence: entries
+                .last()
+                .map_or(0, |last| last.sequence.saturating_add(1)),
             entries,
             unfinished,
             turn,

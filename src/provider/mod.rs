@@ -26,6 +26,7 @@
 mod anthropic;
 mod build;
 mod gemini;
+mod json_text;
 mod layout;
 mod ollama;
 mod openai;

@@ -12,6 +12,7 @@
 use serde_json::{json, Map, Value};
 
 use super::build::{message_list, optional_string, string_field, Builder, CallRef, Parsed};
+use super::json_text::write_str;
 use super::layout::{self, Extras};
 use super::plan::{Plan, Step};
 use super::{has_text, RenderOptions};
@@ -72,90 +73,75 @@ pub(crate) fn render(plan: &Plan<'_>, options: &RenderOptions) -> Vec<Value> {
 /// The messages `render` builds, written straight to JSON bytes: the same
 /// bytes `serde_json::to_vec(&Value::Array(render(plan, options)))` gives
 /// (keys in the sorted order of `serde_json::Map`), without building the
-/// value tree. Pinned against `render` by tests/providers.rs (the golden
-/// scenarios and the property test over random conversations).
+/// value tree; strings go through `json_text::write_str` (serde_json's
+/// escapes, found eight bytes at a time). Pinned against `render` by
+/// tests/providers.rs (the golden scenarios and the property test over
+/// random conversations).
 pub(crate) fn write(plan: &Plan<'_>, options: &RenderOptions, out: &mut Vec<u8>) {
-    let messages: Vec<Message<'_>> = plan
-        .steps
-        .iter()
-        .map(|step| match step {
-            Step::System { text, entry } => Message::Text {
-                content: text,
-                role: system_role(*entry),
-            },
-            Step::User(entry) => Message::Text {
-                content: entry.content.as_deref().unwrap_or_default(),
-                role: "user",
-            },
-            Step::Assistant { entry, kept } => Message::Assistant {
-                content: entry.content.as_deref().filter(|text| has_text(Some(text))),
-                reasoning_content: if options.include_reasoning && options.openai_reasoning_content
-                {
-                    reasoning_text(entry)
-                } else {
-                    None
-                },
-                role: "assistant",
-                tool_calls: entry
+    let reasoning = options.include_reasoning && options.openai_reasoning_content;
+    out.push(b'[');
+    for (at, step) in plan.steps.iter().enumerate() {
+        if at > 0 {
+            out.push(b',');
+        }
+        match step {
+            Step::System { text, entry } => write_text_message(out, text, system_role(*entry)),
+            Step::User(entry) => {
+                write_text_message(out, entry.content.as_deref().unwrap_or_default(), "user")
+            }
+            Step::Assistant { entry, kept } => {
+                out.extend_from_slice(b"{\"content\":");
+                match entry.content.as_deref().filter(|text| has_text(Some(text))) {
+                    Some(text) => write_str(out, text),
+                    None => out.extend_from_slice(b"null"),
+                }
+                if let Some(text) = reasoning.then(|| reasoning_text(entry)).flatten() {
+                    out.extend_from_slice(b",\"reasoning_content\":");
+                    write_str(out, &text);
+                }
+                out.extend_from_slice(b",\"role\":\"assistant\"");
+                let mut calls = entry
                     .tool_calls
                     .iter()
                     .filter(|call| kept.contains(call.call_id.as_str()))
-                    .map(|call| CallOut {
-                        function: FunctionOut {
-                            arguments: &call.arguments,
-                            name: &call.name,
-                        },
-                        id: &call.call_id,
-                        kind: "function",
-                    })
-                    .collect(),
-            },
-            Step::Result(answer) => Message::Tool {
-                content: &answer.content,
-                role: "tool",
-                tool_call_id: &answer.call.call_id,
-            },
-        })
-        .collect();
-    serde_json::to_writer(out, &messages).expect("writing JSON to a Vec cannot fail");
+                    .peekable();
+                if calls.peek().is_some() {
+                    out.extend_from_slice(b",\"tool_calls\":[");
+                    for (index, call) in calls.enumerate() {
+                        if index > 0 {
+                            out.push(b',');
+                        }
+                        out.extend_from_slice(b"{\"function\":{\"arguments\":");
+                        write_str(out, &call.arguments);
+                        out.extend_from_slice(b",\"name\":");
+                        write_str(out, &call.name);
+                        out.extend_from_slice(b"},\"id\":");
+                        write_str(out, &call.call_id);
+                        out.extend_from_slice(b",\"type\":\"function\"}");
+                    }
+                    out.push(b']');
+                }
+                out.push(b'}');
+            }
+            Step::Result(answer) => {
+                out.extend_from_slice(b"{\"content\":");
+                write_str(out, &answer.content);
+                out.extend_from_slice(b",\"role\":\"tool\",\"tool_call_id\":");
+                write_str(out, &answer.call.call_id);
+                out.push(b'}');
+            }
+        }
+    }
+    out.push(b']');
 }
 
-/// One OpenAI Chat message, borrowed; fields in the order `serde_json::Map`
-/// sorts its keys, so the bytes equal the rendered value's.
-#[derive(serde::Serialize)]
-#[serde(untagged)]
-enum Message<'a> {
-    Text {
-        content: &'a str,
-        role: &'a str,
-    },
-    Assistant {
-        content: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        reasoning_content: Option<String>,
-        role: &'static str,
-        #[serde(skip_serializing_if = "Vec::is_empty")]
-        tool_calls: Vec<CallOut<'a>>,
-    },
-    Tool {
-        content: &'a str,
-        role: &'static str,
-        tool_call_id: &'a str,
-    },
-}
-
-#[derive(serde::Serialize)]
-struct CallOut<'a> {
-    function: FunctionOut<'a>,
-    id: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-#[derive(serde::Serialize)]
-struct FunctionOut<'a> {
-    arguments: &'a str,
-    name: &'a str,
+/// `{"content": content, "role": role}`, keys in `serde_json::Map`'s order.
+fn write_text_message(out: &mut Vec<u8>, content: &str, role: &str) {
+    out.extend_from_slice(b"{\"content\":");
+    write_str(out, content);
+    out.extend_from_slice(b",\"role\":");
+    write_str(out, role);
+    out.push(b'}');
 }
 
 /// `system`, or the OpenAI role recorded in metadata (`developer`).

@@ -1102,3 +1102,60 @@ async fn a_kept_conversation_never_hides_what_others_wrote_from_the_model() {
         ]
     );
 }
+
+/// A reply is refused, and nothing of it recorded, when one of its call ids
+/// is empty, is given twice in it, or was used before in the evaluation:
+/// a few calls are checked one by one, many with a set (both ways tried).
+#[tokio::test]
+async fn a_reply_with_an_empty_or_reused_call_id_is_refused_unrecorded() {
+    use convlog::model::ToolCall;
+    let many: Vec<String> = (0..40)
+        .map(|n| format!("m{n}"))
+        .chain(["m0".to_string()])
+        .collect();
+    let cases: Vec<(Vec<Vec<String>>, &str)> = vec![
+        (vec![vec![String::new()]], "has an empty id"),
+        (vec![vec!["a".into(), "a".into()]], "is used twice"),
+        (vec![vec!["a".into()], vec!["a".into()]], "is used twice"),
+        (
+            vec![vec!["a".into()], many.clone()],
+            "tool call id m0 is used twice",
+        ),
+        (
+            vec![vec!["m0".into()], many[1..].to_vec()],
+            "tool call id m0 is used twice",
+        ),
+    ];
+    for (replies, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let shown = replies.clone();
+        let client = ScriptedClient::new(move |view: &[ConversationEntry]| {
+            let turn = view
+                .iter()
+                .filter(|entry| entry.role == Role::Assistant)
+                .count();
+            let calls: Vec<ToolCall> = shown[turn]
+                .iter()
+                .map(|id| ToolCall::new(id.as_str(), "weather", "{\"city\":\"paris\"}"))
+                .collect();
+            Ok(ConversationEntry::assistant_calling("x", 0, calls))
+        });
+        let tool = CountingTool::new("weather");
+        let error = runner(&store, &client, &tool, options())
+            .run(CONVERSATION, "Weather?")
+            .await
+            .unwrap_err();
+        match error {
+            RunError::InvalidReply { reason, .. } => {
+                assert!(reason.contains(expected), "{replies:?}: {reason}")
+            }
+            other => panic!("{replies:?}: {other:?}"),
+        }
+        let recorded = conversation(&store)
+            .iter()
+            .filter(|entry| entry.role == Role::Assistant)
+            .count();
+        assert_eq!(recorded, replies.len() - 1, "{replies:?}");
+    }
+}

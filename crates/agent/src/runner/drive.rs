@@ -124,6 +124,11 @@ impl KeptSlices {
     }
 }
 
+/// Up to how many id comparisons [`Evaluation::place`] checks a reply's
+/// call ids one by one (the reply's calls times the evaluation's and its
+/// own); above, with a set.
+const CALLS_COMPARED_MAX: usize = 64;
+
 /// What one pass of the loop did.
 enum Pass {
     /// The evaluation stops here.
@@ -131,6 +136,11 @@ enum Pass {
     /// Entries recorded (their message ids) and the usage a model call
     /// reported.
     Recorded(Vec<Uuid>, Option<Usage>),
+    /// The model gave its final answer (no tool calls), recorded: its
+    /// message id and the usage reported. The evaluation has ended (the
+    /// model is called only when no call is unfinished, and the answer
+    /// adds none), so no pass is needed to find that out.
+    Answered(Uuid, Option<Usage>),
 }
 
 impl<'r> Evaluation<'r> {
@@ -381,12 +391,21 @@ impl<'r> Evaluation<'r> {
                 Pass::Stop(reason) => return Ok(reason),
                 Pass::Recorded(ids, usage) => {
                     self.new_ids.extend(ids);
-                    if let Some(usage) = usage {
-                        self.usage.input_tokens += usage.input_tokens;
-                        self.usage.output_tokens += usage.output_tokens;
-                    }
+                    self.add_usage(usage);
+                }
+                Pass::Answered(id, usage) => {
+                    self.new_ids.push(id);
+                    self.add_usage(usage);
+                    return Ok(StopReason::Final);
                 }
             }
+        }
+    }
+
+    fn add_usage(&mut self, usage: Option<Usage>) {
+        if let Some(usage) = usage {
+            self.usage.input_tokens += usage.input_tokens;
+            self.usage.output_tokens += usage.output_tokens;
         }
     }
 
@@ -418,12 +437,16 @@ impl<'r> Evaluation<'r> {
         let shown = view.update(slice, &self.evaluation_id);
         let curated = self.curate(slice, shown).await?;
         let shown = curated.as_deref().unwrap_or(shown);
-        let (id, usage) = if self.steering.is_empty() {
+        let (id, usage, calls) = if self.steering.is_empty() {
             self.step(shown, &state).await?
         } else {
             self.step(&[shown, &self.steering].concat(), &state).await?
         };
-        Ok(Pass::Recorded(vec![id], usage))
+        Ok(if calls {
+            Pass::Recorded(vec![id], usage)
+        } else {
+            Pass::Answered(id, usage)
+        })
     }
 
     /// `shown` curated by the history manager, the curation recorded when
@@ -458,12 +481,12 @@ impl<'r> Evaluation<'r> {
     }
 
     /// One model call with `shown`; the assistant entry recorded. Returns
-    /// its message id and the usage reported.
+    /// its message id, the usage reported, and whether it calls tools.
     async fn step(
         &self,
         shown: &[ConversationEntry],
         state: &EvaluationState<'_>,
-    ) -> Result<(Uuid, Option<Usage>), RunError> {
+    ) -> Result<(Uuid, Option<Usage>, bool), RunError> {
         let runner = self.runner;
         let (specs, render) = self
             .request_parts
@@ -493,13 +516,14 @@ impl<'r> Evaluation<'r> {
         };
         let entry = self.place(reply.entry, state)?;
         let id = entry.message_id;
+        let calls = !entry.tool_calls.is_empty();
         let noticed = self.observer.is_some().then(|| entry.clone());
         self.append(vec![runner.recorded(&self.conversation_id, entry)])
             .await?;
         if let Some(entry) = noticed {
             self.notify(|| RunEvent::AssistantRecorded(entry));
         }
-        Ok((id, reply.usage))
+        Ok((id, reply.usage, calls))
     }
 
     /// The reply as this evaluation's next assistant entry, its calls
@@ -510,15 +534,31 @@ impl<'r> Evaluation<'r> {
         mut entry: ConversationEntry,
         state: &EvaluationState<'_>,
     ) -> Result<ConversationEntry, RunError> {
-        let mut seen: HashSet<&str> = state
+        let held = state
             .entries
             .iter()
-            .flat_map(|entry| entry.tool_calls.iter().map(|call| call.call_id.as_str()))
-            .collect();
-        for call in &entry.tool_calls {
+            .flat_map(|entry| entry.tool_calls.iter().map(|call| call.call_id.as_str()));
+        // Few calls (the common case) are compared one by one; many, in a
+        // set.
+        let few = entry.tool_calls.len() * (held.clone().count() + entry.tool_calls.len())
+            <= CALLS_COMPARED_MAX;
+        let mut seen: HashSet<&str> = if few {
+            HashSet::new()
+        } else {
+            held.clone().collect()
+        };
+        for (index, call) in entry.tool_calls.iter().enumerate() {
+            let used_before = if few {
+                held.clone().any(|id| id == call.call_id)
+                    || entry.tool_calls[..index]
+                        .iter()
+                        .any(|earlier| earlier.call_id == call.call_id)
+            } else {
+                !seen.insert(call.call_id.as_str())
+            };
             let problem = if call.call_id.is_empty() {
                 Some(format!("tool call of {} has an empty id", call.name))
-            } else if !seen.insert(call.call_id.as_str()) {
+            } else if used_before {
                 Some(format!("tool call id {} is used twice", call.call_id))
             } else {
                 None

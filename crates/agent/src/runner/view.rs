@@ -1,5 +1,6 @@
 //! What the model is shown: built from the store, never a dangling call.
 
+#[cfg(test)]
 use std::collections::HashSet;
 
 use convlog::conversation::CallResults;
@@ -148,8 +149,26 @@ fn own_of<'s>(slice: &'s ConversationSlice, evaluation_id: &str) -> Vec<&'s Conv
 }
 
 /// The non-system entries of the evaluations that started before this one
-/// (log order), without dangling calls.
+/// (log order), without dangling calls. The slice orders entries by their
+/// evaluation's first appearance: those evaluations hold exactly the
+/// entries before this evaluation's first one (all of them, when it has
+/// none yet).
 fn earlier_entries(slice: &ConversationSlice, evaluation_id: &str) -> Vec<ConversationEntry> {
+    let entries: Vec<&ConversationEntry> = slice
+        .entries()
+        .take_while(|entry| entry.evaluation_id != evaluation_id)
+        .filter(|entry| entry.role != Role::System)
+        .collect();
+    answered_only_of(&entries)
+}
+
+/// The former [`earlier_entries`] (a set of the earlier evaluations),
+/// kept as the reference the new one is checked against.
+#[cfg(test)]
+fn earlier_entries_reference(
+    slice: &ConversationSlice,
+    evaluation_id: &str,
+) -> Vec<ConversationEntry> {
     let earlier: HashSet<&str> = slice
         .evaluations()
         .iter()
@@ -172,7 +191,9 @@ fn earlier_entries(slice: &ConversationSlice, evaluation_id: &str) -> Vec<Conver
 #[cfg(test)]
 pub(super) fn model_view(slice: &ConversationSlice, evaluation_id: &str) -> Vec<ConversationEntry> {
     let mut view = system_entries(slice, evaluation_id);
-    view.extend(earlier_entries(slice, evaluation_id));
+    let earlier = earlier_entries(slice, evaluation_id);
+    assert_eq!(earlier, earlier_entries_reference(slice, evaluation_id));
+    view.extend(earlier);
     view.extend(own_entries(slice, evaluation_id));
     view
 }
@@ -488,6 +509,13 @@ mod tests {
             whole.len(),
             last.len() + 1,
             "ev-c's system entry out, ev-d's two in"
+        );
+        // An evaluation with no entry yet (a generation's new one) is shown
+        // every earlier entry.
+        assert_eq!(
+            model_view(&slice, "ev-new").len(),
+            whole.len() - 1,
+            "all but ev-d's system entry"
         );
         // A view never built carries nothing over.
         assert!(ModelView::default().into_earlier("ev-d").is_none());

@@ -132,6 +132,18 @@ impl fmt::Display for TamperKind {
     }
 }
 
+impl TamperKind {
+    /// What kind of file the evidence of this kind is in (the file
+    /// `Error::Tampered`'s `segment` field names): `"snapshot"` for
+    /// [`TamperKind::SnapshotChanged`], `"segment"` for every other kind.
+    pub fn file_kind(&self) -> &'static str {
+        match self {
+            TamperKind::SnapshotChanged => "snapshot",
+            _ => "segment",
+        }
+    }
+}
+
 /// One key: its epoch (0 for a store's first key, one more at each
 /// rotation) and its secret seed.
 struct EpochKey {

@@ -13,7 +13,10 @@
 //!    writeback (a storage wrapper in this file), rounds interleaved.
 //! 4. One writer, 700-byte payloads (issue 15): convlog `Sync` and `Group`
 //!    against SQLite (WAL, `synchronous=FULL`) and a raw append +
-//!    `fdatasync` loop, interleaved, fresh store per round, medians.
+//!    `fdatasync` loop, interleaved, fresh store per round, medians; beside
+//!    them the raw loop writing in place (into `fallocate`d space, into
+//!    zero-filled space) and through `O_DIRECT | O_DSYNC` into zero-filled
+//!    space, the floors a log could build on.
 //! 5. Many writers (issue 15): convlog `Group` against a naive leader group
 //!    commit (one mutex, the leader takes the whole buffer, `write` +
 //!    `fdatasync`, `notify_all`) and SQLite (WAL, `synchronous=FULL`, one
@@ -931,6 +934,9 @@ fn bench_one_writer(duration: Duration) -> BenchResult<()> {
         "SQLite WAL FULL",
         "raw append+fdatasync",
         "raw in place (allocated)",
+        "raw in place (zero-filled)",
+        "raw O_DIRECT|O_DSYNC (zero-filled)",
+        "convlog Sync, pwrite (no map)",
     ];
     let mut figures: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let mut header = vec!["round"];
@@ -938,7 +944,7 @@ fn bench_one_writer(duration: Duration) -> BenchResult<()> {
     header.push("fsyncs/append (Sync)");
     let mut per_round = Table::new(&header);
     for round in 0..rounds {
-        let mut values = [0.0; 5];
+        let mut values = [0.0; 8];
         let mut sync_fsyncs = 0.0;
         for step in 0..names.len() {
             let which = (step + round) % names.len();
@@ -957,7 +963,24 @@ fn bench_one_writer(duration: Duration) -> BenchResult<()> {
                 }
                 2 => sqlite_run(&pool, 1, duration, true)?.ops_per_sec(),
                 3 => raw_fdatasync(&pool, duration)?.ops_per_sec(),
-                _ => raw_in_place(&pool, duration)?.ops_per_sec(),
+                4 => raw_in_place(&pool, duration)?.ops_per_sec(),
+                5 => raw_zero_filled(&pool, duration, false)?.ops_per_sec(),
+                6 => raw_zero_filled(&pool, duration, true)?.ops_per_sec(),
+                _ => {
+                    // The same writer with its file's writes made by
+                    // `pwrite` instead of the map (the bench's storage).
+                    let storage: std::sync::Arc<dyn convlog::storage::Storage> =
+                        std::sync::Arc::new(BenchStorage {
+                            path: WritePath {
+                                pwrite: true,
+                                no_writeback: false,
+                            },
+                        });
+                    let options = log_options(Durability::Sync).storage(storage);
+                    run_log("one", options, 1, duration, &pool, 1)?
+                        .measured
+                        .ops_per_sec()
+                }
             };
         }
         for (figure, value) in figures.iter_mut().zip(values) {
@@ -1021,6 +1044,70 @@ fn raw_in_place(pool: &[Vec<u8>], duration: Duration) -> BenchResult<Measured> {
             let payload = pick(pool, thread, iteration);
             file.write_all_at(payload, *offset).expect("write");
             file.sync_data().expect("fdatasync");
+            *offset += payload.len() as u64;
+            payload.len()
+        },
+    );
+    Ok(measured)
+}
+
+/// The block a direct write covers: writes with `O_DIRECT` must start and end
+/// on the device's logical block boundaries (at most 4 KiB on this disk).
+const DIRECT_BLOCK_BYTES: usize = 4096;
+
+/// Writes each payload into space written with zeros (and fsynced) before
+/// the clock started, so no write changes the file's size or its extents:
+/// with `direct` false by `pwrite` + `fdatasync`; with `direct` true through
+/// a descriptor opened `O_DIRECT | O_DSYNC`, rewriting the aligned block(s)
+/// the payload lands in from an aligned image of the file's tail (a log
+/// would do the same: the acknowledged bytes of the tail block are written
+/// again unchanged, so a torn block write cannot alter them).
+fn raw_zero_filled(pool: &[Vec<u8>], duration: Duration, direct: bool) -> BenchResult<Measured> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let dir = common::scratch_dir("raw-zero-filled");
+    let path = dir.path().join("raw.bin");
+    let largest = pool.iter().map(Vec::len).max().unwrap_or(0);
+    let measured = run_threads(
+        1,
+        duration,
+        |_| {
+            let mut file = File::create(&path).expect("create raw file");
+            let zeros = vec![0u8; 1 << 20];
+            for _ in 0..RAW_IN_PLACE_BYTES / zeros.len() as u64 {
+                file.write_all(&zeros).expect("zero-fill");
+            }
+            file.sync_all().expect("fsync the zero-fill");
+            let mut options = OpenOptions::new();
+            options.write(true);
+            if direct {
+                options.custom_flags(libc::O_DIRECT | libc::O_DSYNC);
+            }
+            let file = options.open(&path).expect("open for writing");
+            // An anonymous map is page-aligned, as O_DIRECT wants its buffers.
+            let image = memmap2::MmapMut::map_anon(2 * DIRECT_BLOCK_BYTES + largest)
+                .expect("map an aligned buffer");
+            (file, image, 0u64)
+        },
+        |(file, image, offset), thread, iteration| {
+            let payload = pick(pool, thread, iteration);
+            if !direct {
+                file.write_all_at(payload, *offset).expect("write");
+                file.sync_data().expect("fdatasync");
+                *offset += payload.len() as u64;
+                return payload.len();
+            }
+            let block = DIRECT_BLOCK_BYTES as u64;
+            let start = *offset / block * block;
+            let within = (*offset - start) as usize;
+            let end = within + payload.len();
+            image[within..end].copy_from_slice(payload);
+            let written = end.div_ceil(DIRECT_BLOCK_BYTES) * DIRECT_BLOCK_BYTES;
+            file.write_all_at(&image[..written], start)
+                .expect("direct write");
+            // Keep the new tail block at the front of the image.
+            let keep_from = end / DIRECT_BLOCK_BYTES * DIRECT_BLOCK_BYTES;
+            image.copy_within(keep_from..written, 0);
+            image[written - keep_from..written].fill(0);
             *offset += payload.len() as u64;
             payload.len()
         },

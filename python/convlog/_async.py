@@ -8,7 +8,7 @@ meanwhile.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional
 
@@ -40,6 +40,11 @@ class AsyncStore:
         *,
         interval_ms: Optional[int] = None,
         snapshot_every_events: Optional[int] = None,
+        key_file: Optional[StrPath] = None,
+        tamper_key_file: Optional[StrPath] = None,
+        checkpoint_file: Optional[StrPath] = None,
+        checkpoint_every_events: Optional[int] = None,
+        on_checkpoint: Optional[Callable[[dict[str, Any]], object]] = None,
     ) -> "AsyncStore":
         store = await asyncio.to_thread(
             Store.open,
@@ -48,6 +53,11 @@ class AsyncStore:
             read_only,
             interval_ms=interval_ms,
             snapshot_every_events=snapshot_every_events,
+            key_file=key_file,
+            tamper_key_file=tamper_key_file,
+            checkpoint_file=checkpoint_file,
+            checkpoint_every_events=checkpoint_every_events,
+            on_checkpoint=on_checkpoint,
         )
         return cls(store)
 
@@ -80,6 +90,14 @@ class AsyncStore:
     @property
     def next_lsn(self) -> int:
         return self.store.next_lsn
+
+    @property
+    def encrypted(self) -> bool:
+        return self.store.encrypted
+
+    @property
+    def tamper_evident(self) -> bool:
+        return self.store.tamper_evident
 
     async def append(
         self,
@@ -211,6 +229,18 @@ class AsyncStore:
             prompt_name=prompt_name,
             session_id=session_id,
         )
+
+    async def erase(self, conversation_id: str, by: str) -> dict[str, Any]:
+        return await asyncio.to_thread(self.store.erase, conversation_id, by)
+
+    async def erased_conversations(self) -> list[str]:
+        return await asyncio.to_thread(self.store.erased_conversations)
+
+    async def is_erased(self, conversation_id: str) -> bool:
+        return await asyncio.to_thread(self.store.is_erased, conversation_id)
+
+    async def checkpoint(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self.store.checkpoint)
 
     def message_control(self, history: Optional[HistoryManager] = None) -> "AsyncMessageControl":
         """Message control with awaitable methods."""

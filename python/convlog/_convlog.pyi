@@ -1,6 +1,6 @@
 """Type stubs of convlog's native module (python/src, PyO3)."""
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Optional, final
 
@@ -46,6 +46,11 @@ class Store:
         *,
         interval_ms: Optional[int] = None,
         snapshot_every_events: Optional[int] = None,
+        key_file: Optional[StrPath] = None,
+        tamper_key_file: Optional[StrPath] = None,
+        checkpoint_file: Optional[StrPath] = None,
+        checkpoint_every_events: Optional[int] = None,
+        on_checkpoint: Optional[Callable[[dict[str, Any]], object]] = None,
     ) -> "Store": ...
     def close(self) -> None: ...
     @property
@@ -123,6 +128,14 @@ class Store:
         session_id: Optional[str] = None,
     ) -> dict[str, Any]: ...
     def message_control(self, history: Optional[HistoryManager] = None) -> MessageControl: ...
+    def erase(self, conversation_id: str, by: str) -> dict[str, Any]: ...
+    @property
+    def encrypted(self) -> bool: ...
+    def erased_conversations(self) -> list[str]: ...
+    def is_erased(self, conversation_id: str) -> bool: ...
+    @property
+    def tamper_evident(self) -> bool: ...
+    def checkpoint(self) -> dict[str, Any]: ...
 
 @final
 class HistoryManager:
@@ -218,4 +231,18 @@ def ingest(
     *,
     created_at: Optional[str] = None,
 ) -> list[Entry]: ...
-def verify(path: StrPath) -> dict[str, Any]: ...
+def verify(
+    path: StrPath,
+    *,
+    key_file: Optional[StrPath] = None,
+    tamper_key_file: Optional[StrPath] = None,
+    public_key_file: Optional[StrPath] = None,
+    head: Optional[StrPath] = None,
+) -> dict[str, Any]: ...
+def keygen(
+    path: StrPath,
+    *,
+    encryption: bool = False,
+    public: Optional[StrPath] = None,
+    rotate: Optional[StrPath] = None,
+) -> dict[str, Any]: ...

@@ -35,6 +35,65 @@ class CorruptedError(ConvlogError):
     reason: str
 
 
+class TamperedError(ConvlogError):
+    """The store's bytes are intact (every checksum holds) but its keyed
+    chain or a signed checkpoint proves they are not what the writer wrote:
+    someone edited, removed, reordered, inserted, replayed or rolled back
+    events, or put back an older copy (docs/tamper.md). Accidental damage is
+    :class:`CorruptedError`, never this.
+
+    ``tamper_kind`` names what the evidence shows, by the Rust
+    ``TamperKind`` variant: ``"ContentChanged"``, ``"Forged"``,
+    ``"Inserted"``, ``"Deleted"``, ``"Reordered"``, ``"Replayed"``,
+    ``"Truncated"``, ``"RolledBack"``, ``"IdentityChanged"``, ``"Stripped"``,
+    ``"ForgedCheckpoint"``, ``"RetiredKey"``, ``"SnapshotChanged"``;
+    ``description`` says it in words; ``lsn``, ``segment`` and ``offset``
+    say where; ``detail`` what was found."""
+
+    path: str
+    tamper_kind: str
+    description: str
+    lsn: int
+    segment: str
+    offset: int
+    detail: str
+
+
+class ErasedError(ConvlogError):
+    """The conversation was erased (``Store.erase``): its key is destroyed
+    and its content can never be read again, by anyone. Not a ``KeyError``:
+    an erased conversation is not a missing one, and cannot be written to
+    again."""
+
+    conversation_id: str
+
+
+class KeyFileError(ConvlogError):
+    """A key file was refused: group or others may read it (``chmod 600``),
+    it is not a key file of its kind, or it is missing."""
+
+    path: str
+    reason: str
+
+
+class EncryptionError(ConvlogError):
+    """An encrypted store's keys: opened without its store key or with
+    another, a missing or damaged key table, or an erasure it cannot do
+    (a store opened without a key, a conversation recorded in the clear)."""
+
+    path: str
+    reason: str
+
+
+class UndecodableEventError(ConvlogError):
+    """A record whose checksum holds but whose payload is not an event, or a
+    sealed event that does not open under its conversation's key (its bytes
+    changed)."""
+
+    lsn: int
+    reason: str
+
+
 class ConversationNotFoundError(ConvlogError, KeyError):
     """No event of this conversation was ever recorded."""
 
@@ -221,6 +280,11 @@ class GenerationFailedError(MessageControlError):
 
 
 __all__ = [
+    "EncryptionError",
+    "ErasedError",
+    "KeyFileError",
+    "TamperedError",
+    "UndecodableEventError",
     "AnonymousPrivateContextError",
     "CallsWithoutResponsesError",
     "CompactedError",

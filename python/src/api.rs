@@ -1,8 +1,7 @@
-//! Resume, provider renders, history managers and verify: the parts of the
+//! Resume, provider renders and history managers: the parts of the
 //! Rust embedding API beyond appending and reading (docs/embedding.md).
 
 use std::cell::RefCell;
-use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -214,47 +213,6 @@ pub fn ingest(
         })
         .map_err(errors::to_py)?;
     entries_to_py(py, &entries)
-}
-
-/// Checks the store at `path` without opening it for writing (beside a
-/// running writer too); raises `CorruptedError` at the first damage.
-#[pyfunction]
-pub fn verify(py: Python<'_>, path: PathBuf) -> PyResult<Py<PyAny>> {
-    let report = py
-        .detach(|| convlog::store::verify(&path, &mut |_| {}))
-        .map_err(errors::to_py)?;
-    let snapshots: Vec<Value> = report
-        .snapshots
-        .iter()
-        .map(|(file, check)| match check {
-            Ok((lsn, conversations)) => json!({
-                "path": file.to_string_lossy(), "ok": true, "lsn": lsn,
-                "conversations": conversations, "problem": null,
-            }),
-            Err(problem) => json!({
-                "path": file.to_string_lossy(), "ok": false, "lsn": null,
-                "conversations": null, "problem": problem,
-            }),
-        })
-        .collect();
-    let log = &report.log;
-    let value = json!({
-        "segments": log.segments,
-        "frames": log.frames,
-        "events": log.events,
-        "bytes": log.bytes,
-        "first_lsn": log.first_lsn,
-        "next_lsn": log.next_lsn,
-        "torn_tail": log.torn_tail.as_ref().map(|(segment, offset)| json!({
-            "segment": segment.to_string_lossy(), "offset": offset,
-        })),
-        "conversations": report.conversations,
-        "snapshots": snapshots,
-        "chosen_snapshot": report.chosen_snapshot.as_ref().map(|(file, lsn)| json!({
-            "path": file.to_string_lossy(), "lsn": lsn,
-        })),
-    });
-    convert::to_py(py, &value)
 }
 
 thread_local! {

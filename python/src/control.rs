@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use crate::api::{self, PyHistoryManager};
 use crate::convert;
 use crate::errors;
+use crate::keys::CheckpointFeed;
 use crate::store::SequenceCache;
 
 fn principal(user: Option<String>) -> Principal {
@@ -141,6 +142,8 @@ pub struct PyMessageControl {
     /// The store's sequence cache: message control writes contexts' entries
     /// with sequences of its own, so each call forgets its context there.
     sequences: Arc<Mutex<SequenceCache>>,
+    /// The store's checkpoint callable, handed what a write signed.
+    feed: CheckpointFeed,
 }
 
 impl PyMessageControl {
@@ -148,6 +151,7 @@ impl PyMessageControl {
         store: Arc<convlog::Store>,
         history: Option<PyHistoryManager>,
         sequences: Arc<Mutex<SequenceCache>>,
+        feed: CheckpointFeed,
     ) -> PyMessageControl {
         let mut control = MessageControl::new(store);
         if let Some(history) = history {
@@ -156,13 +160,16 @@ impl PyMessageControl {
         PyMessageControl {
             control: Arc::new(control),
             sequences,
+            feed,
         }
     }
 
     /// Forgets the context's cached sequences (after a call that may have
-    /// written to it, whether or not it succeeded).
-    fn wrote(&self, context_id: &str) {
+    /// written to it, whether or not it succeeded), and hands the
+    /// checkpoints the write signed to the store's callable.
+    fn wrote(&self, py: Python<'_>, context_id: &str) -> PyResult<()> {
         self.sequences.lock().forget(context_id);
+        self.feed.deliver(py)
     }
 
     fn generate_with(
@@ -178,12 +185,15 @@ impl PyMessageControl {
         };
         api::take_manager_error();
         let result = py.detach(|| run(&self.control, &mut generator));
-        self.wrote(context_id);
+        let delivered = self.wrote(py, context_id);
         if let Some(error) = api::take_manager_error() {
             return Err(error);
         }
         match result {
-            Ok(generation) => generation_to_py(py, &generation),
+            Ok(generation) => {
+                delivered?;
+                generation_to_py(py, &generation)
+            }
             Err(error) => {
                 let raised = errors::to_py(error);
                 if let Some(cause) = generator.raised.take() {
@@ -205,8 +215,8 @@ macro_rules! released {
 macro_rules! writing {
     ($self:expr, $py:expr, $context_id:expr, $body:expr) => {{
         let result = $py.detach(|| $body).map_err(errors::to_py);
-        $self.wrote($context_id);
-        result
+        let delivered = $self.wrote($py, $context_id);
+        result.and_then(|value| delivered.map(|()| value))
     }};
 }
 
@@ -223,7 +233,10 @@ impl PyMessageControl {
         public: bool,
     ) -> PyResult<Py<PyAny>> {
         let who = self::principal(principal);
-        let info = released!(py, self.control.create_context(&who, context_id, public))?;
+        let info = released!(py, self.control.create_context(&who, context_id, public));
+        let delivered = self.feed.deliver(py);
+        let info = info?;
+        delivered?;
         convert::to_py(py, &info_value(&info))
     }
 
@@ -257,7 +270,10 @@ impl PyMessageControl {
         public: bool,
     ) -> PyResult<Py<PyAny>> {
         let who = self::principal(principal);
-        let info = released!(py, self.control.set_public(&who, context_id, public))?;
+        let info = released!(py, self.control.set_public(&who, context_id, public));
+        let delivered = self.feed.deliver(py);
+        let info = info?;
+        delivered?;
         convert::to_py(py, &info_value(&info))
     }
 

@@ -94,6 +94,58 @@ fn to_py_with(py: Python<'_>, error: convlog::Error) -> PyErr {
                 ("reason", obj(py, reason)),
             ],
         ),
+        E::Tampered {
+            store,
+            kind,
+            lsn,
+            segment,
+            offset,
+            detail,
+        } => raise(
+            py,
+            "TamperedError",
+            "Tampered",
+            message,
+            &[
+                ("path", path(py, &store)),
+                // The kind of tampering by its Rust name (`Truncated`);
+                // `.kind` is the error variant's, as on every error.
+                ("tamper_kind", obj(py, format!("{kind:?}"))),
+                ("description", obj(py, kind.to_string())),
+                ("lsn", obj(py, lsn)),
+                ("segment", path(py, &segment)),
+                ("offset", obj(py, offset)),
+                ("detail", obj(py, detail)),
+            ],
+        ),
+        E::Erased { conversation_id } => raise(
+            py,
+            "ErasedError",
+            "Erased",
+            message,
+            &[("conversation_id", obj(py, conversation_id))],
+        ),
+        E::KeyFile { path: file, reason } => raise(
+            py,
+            "KeyFileError",
+            "KeyFile",
+            message,
+            &[("path", path(py, &file)), ("reason", obj(py, reason))],
+        ),
+        E::Encryption { store, reason } => raise(
+            py,
+            "EncryptionError",
+            "Encryption",
+            message,
+            &[("path", path(py, &store)), ("reason", obj(py, reason))],
+        ),
+        E::UndecodableEvent { lsn, reason } => raise(
+            py,
+            "UndecodableEventError",
+            "UndecodableEvent",
+            message,
+            &[("lsn", obj(py, lsn)), ("reason", obj(py, reason))],
+        ),
         E::ConversationNotFound { conversation_id } => raise(
             py,
             "ConversationNotFoundError",

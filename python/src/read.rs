@@ -1,13 +1,14 @@
 //! Reading raw events: `Store.events()` (what the log holds now) and
-//! `Store.tail()` (follows the writer, waiting for its next events).
+//! `Store.tail()` (follows the writer, waiting for its next events), on
+//! the segment log and on any other log a store runs on (a JetStream
+//! stream). An encrypted store's sealed events are opened on the way out.
 
 use std::collections::{HashSet, VecDeque};
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use convlog::log::{LogCursor, LogIter, LogReader};
+use convlog::log::{LogCursor, LogIter};
 use convlog::model::Event;
 use convlog::Store;
 use parking_lot::Mutex;
@@ -42,17 +43,71 @@ impl EventFilter {
         }
     }
 
+    /// Whether the event is of the conversation asked for (any, without
+    /// one). Sealed events carry their conversation id in the clear, so
+    /// this is asked before opening them.
+    pub fn keeps_conversation(&self, event: &Event) -> bool {
+        match &self.conversation_id {
+            Some(id) => event.conversation_id() == Some(id.as_str()),
+            None => true,
+        }
+    }
+
     pub fn keeps(&self, event: &Event) -> bool {
-        if let Some(id) = &self.conversation_id {
-            if event.conversation_id() != Some(id.as_str()) {
-                return false;
-            }
+        if !self.keeps_conversation(event) {
+            return false;
         }
         match (&self.kinds, event) {
             (None, _) => true,
             (Some(kinds), Event::Custom(custom)) => kinds.contains(&custom.kind),
             (Some(_), _) => false,
         }
+    }
+}
+
+/// Opens an encrypted store's sealed events as they are read
+/// (`Store::unseal_event`): a read returns the events as appended. An
+/// erased conversation's events stay as stored (sealed: their key is
+/// destroyed), as `convlog tail` and `convlog dump` show them.
+#[derive(Clone)]
+pub struct Opener {
+    /// The store, when it is encrypted; `None`: events are returned as read.
+    store: Option<Arc<Store>>,
+}
+
+impl Opener {
+    pub fn new(store: &Arc<Store>) -> Opener {
+        Opener {
+            store: store.is_encrypted().then(|| store.clone()),
+        }
+    }
+
+    /// The event at `lsn` in its plain form.
+    pub fn open(&self, lsn: u64, event: Event) -> convlog::Result<Event> {
+        match &self.store {
+            Some(store) if convlog::erasure::is_sealed(&event) => {
+                let stored = event.clone();
+                match store.unseal_event(lsn, event) {
+                    Err(convlog::Error::Erased { .. }) => Ok(stored),
+                    opened => opened,
+                }
+            }
+            _ => Ok(event),
+        }
+    }
+
+    /// The next record's event if `filter` keeps it (opened), else `None`.
+    fn kept(
+        &self,
+        filter: &EventFilter,
+        record: convlog::log::Record,
+    ) -> convlog::Result<Option<(u64, Event)>> {
+        let event = record.event()?;
+        if !filter.keeps_conversation(&event) {
+            return Ok(None);
+        }
+        let event = self.open(record.lsn, event)?;
+        Ok(filter.keeps(&event).then_some((record.lsn, event)))
     }
 }
 
@@ -70,10 +125,11 @@ struct IterState {
 pub struct EventIter {
     state: Mutex<IterState>,
     filter: EventFilter,
+    opener: Opener,
 }
 
 impl EventIter {
-    pub fn new(cursor: Box<dyn LogCursor>, filter: EventFilter) -> EventIter {
+    pub fn new(cursor: Box<dyn LogCursor>, filter: EventFilter, opener: Opener) -> EventIter {
         EventIter {
             state: Mutex::new(IterState {
                 cursor,
@@ -82,6 +138,7 @@ impl EventIter {
                 done: false,
             }),
             filter,
+            opener,
         }
     }
 
@@ -99,11 +156,9 @@ impl EventIter {
                 }
                 Some(Ok(record)) => record,
             };
-            match record.event() {
-                Ok(event) if self.filter.keeps(&event) => {
-                    state.buffer.push_back((record.lsn, event));
-                }
-                Ok(_) => {}
+            match self.opener.kept(&self.filter, record) {
+                Ok(Some(item)) => state.buffer.push_back(item),
+                Ok(None) => {}
                 Err(error) => {
                     state.pending_error = Some(error);
                     state.done = true;
@@ -140,11 +195,38 @@ impl EventIter {
     }
 }
 
+/// What a tail reads: the segment log's own reader, which wakes as soon
+/// as the writer's next frame is written; or the cursor of any other log
+/// (a JetStream stream), asked again every poll interval.
+enum Source {
+    Segment(Box<LogIter>),
+    Cursor(Box<dyn LogCursor>),
+}
+
+impl Source {
+    /// The next record, waiting up to `wait` for one.
+    fn wait_next(&mut self, wait: Duration) -> Option<convlog::Result<convlog::log::Record>> {
+        match self {
+            Source::Segment(iter) => iter.wait_next(wait),
+            Source::Cursor(cursor) => {
+                if let Some(record) = cursor.next() {
+                    return Some(record);
+                }
+                // The cursor follows its log: after `None`, a later `next`
+                // returns what was appended since.
+                std::thread::sleep(wait);
+                cursor.next()
+            }
+        }
+    }
+}
+
 /// `Store.tail()`: follows the log, waiting for the writer's next events.
 #[pyclass(module = "convlog._convlog", name = "Tail", frozen)]
 pub struct Tail {
-    iter: Mutex<LogIter>,
+    source: Mutex<Source>,
     filter: EventFilter,
+    opener: Opener,
     idle_timeout: Option<Duration>,
     poll_interval: Duration,
     next_lsn: AtomicU64,
@@ -164,7 +246,6 @@ impl Tail {
     pub fn open(
         py: Python<'_>,
         store: &Arc<Store>,
-        dir: &Path,
         from_lsn: Option<u64>,
         filter: EventFilter,
         idle_timeout: Option<f64>,
@@ -175,22 +256,23 @@ impl Tail {
             .transpose()?;
         let poll_interval =
             seconds("poll_interval", poll_interval)?.clamp(TAIL_POLL_MIN, TAIL_POLL_MAX);
-        let (iter, start) = py
-            .detach(|| -> convlog::Result<(LogIter, u64)> {
-                let reader = match store.log().reader() {
-                    Some(reader) => reader,
-                    None => LogReader::open(dir)?,
-                };
+        let (source, start) = py
+            .detach(|| -> convlog::Result<(Source, u64)> {
                 let start = match from_lsn {
                     Some(lsn) => lsn.max(store.log().first_lsn()).max(1),
                     None => store.refresh()?,
                 };
-                Ok((reader.iter_from(start), start))
+                let source = match store.log().reader() {
+                    Some(reader) => Source::Segment(Box::new(reader.iter_from(start))),
+                    None => Source::Cursor(store.log().iter_from(start)),
+                };
+                Ok((source, start))
             })
             .map_err(errors::to_py)?;
         Ok(Tail {
-            iter: Mutex::new(iter),
+            source: Mutex::new(source),
             filter,
+            opener: Opener::new(store),
             idle_timeout,
             poll_interval,
             next_lsn: AtomicU64::new(start),
@@ -220,16 +302,15 @@ impl Tail {
             };
             let found = py
                 .detach(|| -> convlog::Result<Option<(u64, Event)>> {
-                    let mut iter = self.iter.lock();
+                    let mut source = self.source.lock();
                     loop {
-                        let Some(record) = iter.wait_next(wait) else {
+                        let Some(record) = source.wait_next(wait) else {
                             return Ok(None);
                         };
                         let record = record?;
                         self.next_lsn.store(record.lsn + 1, Ordering::Relaxed);
-                        let event = record.event()?;
-                        if self.filter.keeps(&event) {
-                            return Ok(Some((record.lsn, event)));
+                        if let Some(kept) = self.opener.kept(&self.filter, record)? {
+                            return Ok(Some(kept));
                         }
                     }
                 })

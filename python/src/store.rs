@@ -25,7 +25,8 @@ use crate::api::{self, PyHistoryManager};
 use crate::control::PyMessageControl;
 use crate::convert;
 use crate::errors;
-use crate::read::{EventFilter, EventIter, Tail};
+use crate::keys;
+use crate::read::{EventFilter, EventIter, Opener, Tail};
 
 /// The fsync interval of `durability="periodic"` when none is given, in
 /// milliseconds (the CLI's default too).
@@ -178,7 +179,11 @@ impl SequenceCache {
                     .iter()
                     .map(|evaluation| (evaluation.clone(), slice.next_sequence(evaluation)))
                     .collect(),
-                Err(convlog::Error::ConversationNotFound { .. }) => HashMap::new(),
+                // An erased conversation has no sequences to read: the
+                // append itself then fails with `Erased`, as it should.
+                Err(
+                    convlog::Error::ConversationNotFound { .. } | convlog::Error::Erased { .. },
+                ) => HashMap::new(),
                 Err(error) => return Err(error.to_string()),
             };
             if self.conversations.len() >= SEQUENCE_CACHE_CONVERSATIONS_MAX {
@@ -285,16 +290,52 @@ pub fn batch_text(py: Python<'_>, events: &Bound<'_, PyAny>) -> PyResult<String>
         .map_err(|error| errors::invalid_argument(format!("events: {error}")))
 }
 
+/// A read of one conversation's raw events (`events`, `tail`) fails with
+/// `ErasedError` when that conversation was erased, as its other reads do
+/// (reads of the whole log show an erased conversation's events sealed).
+fn refuse_erased(store: &Store, conversation_id: Option<&str>) -> PyResult<()> {
+    match conversation_id {
+        Some(id) if store.is_erased(id) => Err(errors::to_py(convlog::Error::Erased {
+            conversation_id: id.to_string(),
+        })),
+        _ => Ok(()),
+    }
+}
+
 /// Opens the JetStream store at `url` (`nats://host:port[,host:port...]/STORE`,
 /// docs/scale-out.md) with its snapshots in the store's bucket and the
 /// contexts reducer; the replica count of a new store from
 /// `CONVLOG_NATS_REPLICAS`.
 #[cfg(feature = "nats")]
 fn open_url(url: &str, options: StoreOptions, read_only: bool) -> convlog::Result<Store> {
+    refuse_keys_on_url(url, &options)?;
     let nats = convlog_nats::options_from_env()?;
     convlog_nats::open_store_shared_with(url, options, nats, read_only, |builder| {
         builder.reducer(ContextsReducer)
     })
+}
+
+/// Encryption at rest and tamper evidence need the segment log: refused
+/// on a store URL, as the CLI refuses them.
+#[cfg(feature = "nats")]
+fn refuse_keys_on_url(url: &str, options: &StoreOptions) -> convlog::Result<()> {
+    if options.encryption.is_some() {
+        return Err(convlog::Error::InvalidOption {
+            option: "key_file",
+            reason: format!(
+                "{url}: encryption at rest (a store key) is not supported on a JetStream store yet"
+            ),
+        });
+    }
+    if options.log.tamper.is_some() {
+        return Err(convlog::Error::InvalidOption {
+            option: "tamper_key_file",
+            reason: format!(
+                "{url}: tamper evidence (a tamper key) is not supported on a JetStream store yet"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Without the `nats` feature a store URL is refused.
@@ -314,6 +355,12 @@ fn open_url(url: &str, _options: StoreOptions, _read_only: bool) -> convlog::Res
 pub struct PyStore {
     dir: PathBuf,
     read_only: bool,
+    /// Where the writer publishes its checkpoints (`checkpoint_file`):
+    /// `close()` signs a last one there.
+    checkpoint_file: Option<PathBuf>,
+    /// The host's callable for checkpoints (`on_checkpoint`), handed the
+    /// ones a call made when it returns.
+    feed: keys::CheckpointFeed,
     inner: RwLock<Option<Arc<Store>>>,
     /// Held by appends that leave a sequence for the store to fill, from
     /// reading the next sequence until the batch is appended, so two such
@@ -338,9 +385,12 @@ impl PyStore {
 
 #[pymethods]
 impl PyStore {
-    /// Opens (creating if need be) the store at `path`.
+    /// Opens (creating if need be) the store at `path`; with `key_file`
+    /// an encrypted store (docs/erasure.md), with `tamper_key_file` a
+    /// tamper-evident one (docs/tamper.md).
     #[staticmethod]
-    #[pyo3(signature = (path, durability="group", read_only=false, *, interval_ms=None, snapshot_every_events=None))]
+    #[pyo3(signature = (path, durability="group", read_only=false, *, interval_ms=None, snapshot_every_events=None, key_file=None, tamper_key_file=None, checkpoint_file=None, checkpoint_every_events=None, on_checkpoint=None))]
+    #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
         path: PathBuf,
@@ -348,27 +398,45 @@ impl PyStore {
         read_only: bool,
         interval_ms: Option<u64>,
         snapshot_every_events: Option<u64>,
+        key_file: Option<PathBuf>,
+        tamper_key_file: Option<PathBuf>,
+        checkpoint_file: Option<PathBuf>,
+        checkpoint_every_events: Option<u64>,
+        on_checkpoint: Option<Py<PyAny>>,
     ) -> PyResult<PyStore> {
+        if let Some(callable) = &on_checkpoint {
+            if !callable.bind(py).is_callable() {
+                return Err(pyo3::exceptions::PyTypeError::new_err(
+                    "on_checkpoint must be a callable taking the checkpoint dict",
+                ));
+            }
+        }
         let mut options =
             StoreOptions::new().durability(self::durability(durability, interval_ms)?);
         if snapshot_every_events.is_some() {
             options = options.snapshot_every_events(snapshot_every_events);
         }
+        let tamper = keys::TamperArgs {
+            key_file: tamper_key_file,
+            checkpoint_file: checkpoint_file.clone(),
+            checkpoint_every_events,
+            on_checkpoint: on_checkpoint.is_some(),
+        };
+        let feed = keys::CheckpointFeed::new(on_checkpoint, checkpoint_file.clone());
         let dir = path.clone();
-        if let Some(url) = dir.to_str().filter(|text| text.starts_with("nats://")) {
-            let url = url.to_string();
-            let store = py
-                .detach(move || open_url(&url, options, read_only))
-                .map_err(errors::to_py)?;
-            return Ok(PyStore {
-                dir: path,
-                read_only,
-                inner: RwLock::new(Some(Arc::new(store))),
-                sequences: Arc::new(Mutex::new(SequenceCache::default())),
-            });
-        }
+        let is_url = dir.to_str().is_some_and(|text| text.starts_with("nats://"));
         let store = py
-            .detach(|| {
+            .detach(|| -> convlog::Result<Store> {
+                let options = options
+                    .encryption(keys::store_key(key_file.as_deref())?)
+                    .tamper(
+                        tamper
+                            .options(read_only)?
+                            .map(|options| feed.attach(options)),
+                    );
+                if is_url {
+                    return open_url(&dir.to_string_lossy(), options, read_only);
+                }
                 // Every store registers the contexts reducer, as the CLI's
                 // do, so message control works on any of them.
                 let builder = StoreBuilder::new(&dir)
@@ -384,6 +452,8 @@ impl PyStore {
         Ok(PyStore {
             dir: path,
             read_only,
+            checkpoint_file,
+            feed,
             inner: RwLock::new(Some(Arc::new(store))),
             sequences: Arc::new(Mutex::new(SequenceCache::default())),
         })
@@ -391,9 +461,28 @@ impl PyStore {
 
     /// Closes the store: releases the writer's lock (once no call in another
     /// thread still uses it). Idempotent.
-    fn close(&self, py: Python<'_>) {
+    ///
+    /// A tamper-evident store opened with `checkpoint_file` or
+    /// `on_checkpoint` signs a last checkpoint first, covering everything
+    /// appended (as the CLI does when a command ends); if that fails, the
+    /// store is closed all the same and the error raised.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         let store = self.inner.write().take();
-        py.detach(move || drop(store));
+        let sign = (self.checkpoint_file.is_some() || self.feed.is_some()) && !self.read_only;
+        let closed = py
+            .detach(move || -> convlog::Result<()> {
+                let signed = match &store {
+                    Some(store) if sign && store.is_tamper_evident() => {
+                        store.checkpoint().map(drop)
+                    }
+                    _ => Ok(()),
+                };
+                drop(store);
+                signed
+            })
+            .map_err(errors::to_py);
+        let delivered = self.feed.deliver(py);
+        closed.and(delivered)
     }
 
     /// Whether `close()` was called.
@@ -420,8 +509,8 @@ impl PyStore {
 
     /// Closes the store; exceptions propagate.
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) {
-        self.close(py);
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<()> {
+        self.close(py)
     }
 
     fn __repr__(&self) -> String {
@@ -472,7 +561,10 @@ impl PyStore {
                     .appended(&events);
                 Ok(lsns)
             })
-            .map_err(errors::to_py)?;
+            .map_err(errors::to_py);
+        let delivered = self.feed.deliver(py);
+        let lsns = lsns?;
+        delivered?;
         PyRange::new(py, lsns.start as isize, lsns.end as isize)
     }
 
@@ -510,12 +602,13 @@ impl PyStore {
         kinds: Option<Vec<String>>,
     ) -> PyResult<EventIter> {
         let store = self.store(py)?;
+        refuse_erased(&store, conversation_id.as_deref())?;
         let filter = EventFilter::new(conversation_id, kinds);
         let cursor = py.detach(|| {
             let first = store.log().first_lsn();
             store.log().iter_from(from_lsn.max(first).max(1))
         });
-        Ok(EventIter::new(cursor, filter))
+        Ok(EventIter::new(cursor, filter, Opener::new(&store)))
     }
 
     /// The event at `lsn`; `EventNotFoundError` (a `KeyError`) if the log
@@ -534,7 +627,8 @@ impl PyStore {
                         if record.lsn != lsn {
                             return Ok(None);
                         }
-                        Ok(Some(record.event()?))
+                        // An erased conversation's event: `Erased`.
+                        Ok(Some(store.unseal_event(lsn, record.event()?)?))
                     }
                     None => Ok(None),
                 }
@@ -565,10 +659,10 @@ impl PyStore {
         poll_interval: f64,
     ) -> PyResult<Tail> {
         let store = self.store(py)?;
+        refuse_erased(&store, conversation_id.as_deref())?;
         Tail::open(
             py,
             &store,
-            &self.dir,
             from_lsn,
             EventFilter::new(conversation_id, kinds),
             idle_timeout,
@@ -705,7 +799,9 @@ impl PyStore {
                 Ok(api::rendered_value(&request))
             })
             .map_err(errors::to_py);
+        let delivered = self.feed.deliver(py);
         let value = api::after_managers(value)??;
+        delivered?;
         convert::to_py(py, &value)
     }
 
@@ -742,7 +838,9 @@ impl PyStore {
                 )
             })
             .map_err(errors::to_py);
+        let delivered = self.feed.deliver(py);
         let (entries, strategy, original_count, lsn) = api::after_managers(curated)??;
+        delivered?;
         let dict = PyDict::new(py);
         dict.set_item("curated_count", entries.len())?;
         dict.set_item("entries", api::entries_to_py(py, &entries)?)?;
@@ -764,6 +862,7 @@ impl PyStore {
             self.store(py)?,
             history,
             self.sequences.clone(),
+            self.feed.clone(),
         ))
     }
 
@@ -772,5 +871,88 @@ impl PyStore {
         let store = self.store(py)?;
         py.detach(|| store.snapshot().map(|info| info.lsn))
             .map_err(errors::to_py)
+    }
+
+    /// Erases a conversation of an encrypted store (docs/erasure.md):
+    /// records who asked (`by`) in a `convlog.erased` event, then destroys
+    /// the conversation's key, so its content can never be read again.
+    /// Returns `{"conversation_id", "by", "at", "lsn", "erased_before"}`
+    /// (`lsn` None and `erased_before` True when it was erased already).
+    fn erase(&self, py: Python<'_>, conversation_id: &str, by: &str) -> PyResult<Py<PyAny>> {
+        let characters = by.chars().count();
+        if characters > keys::ERASE_BY_CHARS_MAX {
+            return Err(errors::to_py(convlog::Error::LimitExceeded {
+                what: "characters of the erasure's `by`",
+                actual: characters as u64,
+                limit: keys::ERASE_BY_CHARS_MAX as u64,
+                constant: "ERASE_BY_CHARS_MAX",
+            }));
+        }
+        let store = self.store(py)?;
+        let report = py
+            .detach(|| store.erase(conversation_id, by))
+            .map_err(errors::to_py);
+        self.sequences.lock().forget(conversation_id);
+        let delivered = self.feed.deliver(py);
+        let report = report?;
+        delivered?;
+        let value = match (&report.erasure, report.lsn) {
+            (Some(erasure), Some(lsn)) => serde_json::json!({
+                "conversation_id": erasure.conversation_id,
+                "by": erasure.by,
+                "at": erasure.at,
+                "lsn": lsn,
+                "erased_before": false,
+            }),
+            _ => serde_json::json!({
+                "conversation_id": conversation_id,
+                "by": null,
+                "at": null,
+                "lsn": null,
+                "erased_before": true,
+            }),
+        };
+        convert::to_py(py, &value)
+    }
+
+    /// Whether the store was opened with a store key (`key_file`): its
+    /// new conversations are sealed, and `erase` works.
+    #[getter]
+    fn encrypted(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.store(py)?.is_encrypted())
+    }
+
+    /// The conversations erased (or being erased), sorted.
+    fn erased_conversations(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let store = self.store(py)?;
+        Ok(py.detach(|| store.erased_conversations()))
+    }
+
+    /// Whether `conversation_id` was erased.
+    fn is_erased(&self, py: Python<'_>, conversation_id: &str) -> PyResult<bool> {
+        let store = self.store(py)?;
+        Ok(py.detach(|| store.is_erased(conversation_id)))
+    }
+
+    /// Whether this store is a tamper-evident store written here (one
+    /// `checkpoint()` can sign).
+    #[getter]
+    fn tamper_evident(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.store(py)?.is_tamper_evident())
+    }
+
+    /// Signs a checkpoint now (docs/tamper.md): makes everything appended
+    /// durable, publishes it to `checkpoint_file` if one was given, and
+    /// returns it: `{"lsn", "epoch", "store_id", "digest", "text", "path"}`.
+    fn checkpoint(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let store = self.store(py)?;
+        let checkpoint = py.detach(|| store.checkpoint()).map_err(errors::to_py);
+        let delivered = self.feed.deliver(py);
+        let checkpoint = checkpoint?;
+        delivered?;
+        convert::to_py(
+            py,
+            &keys::checkpoint_value(&checkpoint, self.checkpoint_file.as_deref()),
+        )
     }
 }

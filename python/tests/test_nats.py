@@ -94,3 +94,40 @@ def test_an_unreachable_url_is_a_clear_error() -> None:
 def test_a_bad_store_url_is_a_clear_error() -> None:
     with pytest.raises(convlog.InvalidOptionError, match="store name"):
         convlog.Store.open("nats://127.0.0.1:4222/bad.name")
+
+
+def test_tail_follows_a_store_on_a_url(nats_port: int) -> None:
+    url = f"nats://127.0.0.1:{nats_port}/tailed"
+    with convlog.Store.open(url) as writer:
+        writer.append([user("trip", "Weather in Paris?")])
+        # A follower in another process, in effect: it reads the stream.
+        with convlog.Store.open(url, read_only=True) as reader:
+            tail = reader.tail(from_lsn=1, conversation_id="trip", idle_timeout=30)
+            lsn, event = next(tail)
+            assert (lsn, event["entry"]["content"]) == (1, "Weather in Paris?")
+            writer.append([user("other", "Hello"), user("trip", "And Rome?")])
+            lsn, event = next(tail)  # waits for the writer's append
+            assert (lsn, event["entry"]["content"]) == (3, "And Rome?")
+            assert tail.next_lsn == 4
+        # The writer's own tail starts at the end of the log.
+        own = writer.tail(idle_timeout=30)
+        assert own.next_lsn == 4
+        writer.append([user("trip", "And Oslo?")])
+        lsn, event = next(own)
+        assert (lsn, event["entry"]["content"]) == (4, "And Oslo?")
+        # Nothing more is appended: the tail ends after its idle timeout.
+        assert list(writer.tail(idle_timeout=0.2)) == []
+
+
+def test_keys_on_a_url_are_refused_before_connecting(tmp_path: Path) -> None:
+    key = tmp_path / "store.key"
+    convlog.keygen(key, encryption=True)
+    port = _free_port()  # nobody listens: the refusal comes first
+    with pytest.raises(convlog.InvalidOptionError, match="not supported on a JetStream store") as caught:
+        convlog.Store.open(f"nats://127.0.0.1:{port}/sealed", key_file=key)
+    assert caught.value.option == "key_file"
+    tamper_key = tmp_path / "audit.key"
+    convlog.keygen(tamper_key)
+    with pytest.raises(convlog.InvalidOptionError, match="tamper evidence") as caught:
+        convlog.Store.open(f"nats://127.0.0.1:{port}/signed", tamper_key_file=tamper_key)
+    assert caught.value.option == "tamper_key_file"

@@ -51,18 +51,23 @@ pub enum Error {
     /// or a signed checkpoint proves they are not what the writer wrote:
     /// someone edited, removed, reordered, inserted, replayed or rolled back
     /// frames (see `docs/tamper.md`). Accidental damage is `Corrupted`.
-    #[error("store {store} was tampered with: {kind} at LSN {lsn} (segment {segment}, offset {offset}): {detail}")]
+    #[error("store {store} was tampered with: {kind} at LSN {lsn} ({} {}, offset {offset}): {detail}", kind.file_kind(), segment.display())]
     Tampered {
         /// The store directory.
         store: PathBuf,
         /// What kind of tampering the evidence shows.
         kind: crate::tamper::TamperKind,
         /// The LSN where the evidence is (the first event of the frame at
-        /// fault, or the LSN a checkpoint covers).
+        /// fault, the LSN a checkpoint covers, or a snapshot's LSN).
         lsn: u64,
-        /// The segment holding that frame (the last segment for a missing tail).
+        /// The file holding the evidence: the segment holding that frame
+        /// (the last segment for a missing tail), or, for
+        /// [`TamperKind::SnapshotChanged`](crate::tamper::TamperKind::SnapshotChanged),
+        /// the snapshot file ([`TamperKind::file_kind`](crate::tamper::TamperKind::file_kind)
+        /// says which; the message names it so).
         segment: PathBuf,
-        /// Byte offset of the frame in that segment.
+        /// Byte offset of the evidence in that file (a frame's, or a
+        /// snapshot's tag).
         offset: u64,
         /// What was found, in words.
         detail: String,

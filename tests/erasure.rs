@@ -448,8 +448,8 @@ fn host_reducers_fold_the_same_events_live_and_on_replay() {
 /// A lost key table (`keys` deleted, or a copy of the store without it):
 /// opening with the store key is refused, naming the file and saying what
 /// it held, and leaves no new, empty table behind (which would bury the
-/// loss); a store opened without a key says the table is missing when a
-/// sealed conversation is read. Putting the file back restores reads.
+/// loss); a store opened read-only without a key says the table is missing
+/// when a sealed conversation is read. Putting the file back restores reads.
 #[test]
 fn a_missing_key_table_is_named_and_not_replaced_by_an_empty_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -476,7 +476,7 @@ fn a_missing_key_table_is_named_and_not_replaced_by_an_empty_one() {
         assert!(error.contains("conversation \"ctx\""), "{error}");
         assert!(!table.exists(), "no new table was made");
     }
-    let error = Store::open(dir.path(), StoreOptions::default())
+    let error = Store::open_read_only(dir.path(), StoreOptions::default())
         .unwrap()
         .conversation("ctx")
         .unwrap_err()
@@ -489,4 +489,75 @@ fn a_missing_key_table_is_named_and_not_replaced_by_an_empty_one() {
     std::fs::write(&table, kept).unwrap();
     let store = Store::open(dir.path(), encrypted()).unwrap();
     assert_eq!(store.conversation("ctx").unwrap().entries().count(), 3);
+}
+
+/// A writer opened without the store key on an encrypted store whose key
+/// table is missing is refused, whether the open finds the store encrypted
+/// in the log it replays or in the snapshot it starts from (which then
+/// covers the whole log): it would otherwise append events in the clear,
+/// to a sealed conversation or a new one. Nothing is written; a reader
+/// still opens; a store that never had a key opens as before.
+#[test]
+fn a_writer_without_the_key_is_refused_on_an_encrypted_store_without_its_key_table() {
+    for snapshot in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path(), encrypted()).unwrap();
+            store.append(&secret_turns("ctx")).unwrap();
+            if snapshot {
+                // The snapshot covers every event: the open replays nothing.
+                store.snapshot().unwrap();
+            }
+        }
+        let table = dir.path().join(KEY_TABLE_FILE);
+        std::fs::remove_file(&table).unwrap();
+        let before = log_records(dir.path());
+
+        let Err(error) = Store::open(dir.path(), StoreOptions::default()) else {
+            panic!("snapshot {snapshot}: a writer without the key is refused");
+        };
+        assert!(matches!(error, Error::Encryption { .. }), "{error:?}");
+        let message = error.to_string();
+        assert!(
+            message.contains("opened for writing without its store key"),
+            "{message}"
+        );
+        assert!(message.contains(&table.display().to_string()), "{message}");
+        let evidence = if snapshot {
+            "its snapshot at LSN 5"
+        } else {
+            "conversation \"ctx\" at LSN 1"
+        };
+        assert!(message.contains(evidence), "{message}");
+        assert_eq!(log_records(dir.path()), before, "nothing written");
+        assert!(!table.exists());
+
+        // A reader opens, and says why the conversation cannot be read.
+        let reader = Store::open_read_only(dir.path(), StoreOptions::default()).unwrap();
+        assert!(reader.conversation("ctx").is_err());
+    }
+    // A store that never had a key, with a snapshot and a tail, opens
+    // without one as always.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        store.append(&secret_turns("plain")).unwrap();
+        store.snapshot().unwrap();
+        store.append(&secret_turns("later")).unwrap();
+    }
+    let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    store.append(&secret_turns("new")).unwrap();
+    assert_eq!(store.conversation("plain").unwrap().len(), 3);
+}
+
+/// Every record of the log in `dir`: LSN and payload.
+fn log_records(dir: &Path) -> Vec<(u64, Vec<u8>)> {
+    LogReader::open(dir)
+        .unwrap()
+        .iter()
+        .map(|record| {
+            let record = record.unwrap();
+            (record.lsn, record.payload)
+        })
+        .collect()
 }

@@ -5,14 +5,21 @@
 //! every event in the log decodes, the other conversation reads whole, and
 //! the erased conversation is either wholly readable (the crash came before
 //! the erasure was durable) or erased (`Error::Erased`), never half; an
-//! erasure that returned Ok is always erased; a second open agrees.
+//! erasure that returned Ok is always erased; a second open agrees. The
+//! store is tamper-evident too, and after recovery it verifies: its
+//! checksums (`store::verify`) and every frame's keyed tag
+//! (`tamper::verify` with the key).
 
+mod common;
+
+use std::path::Path;
 use std::sync::Arc;
 
 use convlog::erasure::{StoreKey, ERASED_KIND};
 use convlog::log::LogOptions;
 use convlog::model::{ConversationEntry, Event};
 use convlog::storage::sim::SimStorage;
+use convlog::tamper::{TamperKey, TamperOptions};
 use convlog::{Error, Store, StoreOptions};
 
 const STORE: &str = "/store";
@@ -28,6 +35,22 @@ fn options(storage: &SimStorage) -> StoreOptions {
     StoreOptions::new()
         .log(LogOptions::new().storage(Arc::new(storage.clone())))
         .encryption(Some(StoreKey::from_bytes([9; 32])))
+        .tamper(Some(TamperOptions::new(tamper_key())))
+}
+
+fn tamper_key() -> TamperKey {
+    TamperKey::from_seed([0x19; 32])
+}
+
+/// The crashed disk, recovered, copied to real files: its checksums and
+/// its keyed chain verify.
+fn verifies(disk: &SimStorage, context: &str) {
+    let copy = tempfile::tempdir().unwrap();
+    common::copy_out(disk, Path::new(STORE), copy.path());
+    convlog::store::verify(copy.path(), &mut |_| {})
+        .unwrap_or_else(|error| panic!("{context}: verify: {error}"));
+    convlog::tamper::verify(copy.path(), Some(&tamper_key()), None, None)
+        .unwrap_or_else(|error| panic!("{context}: tamper verify: {error}"));
 }
 
 fn turns(conversation: &str) -> Vec<Event> {
@@ -84,6 +107,7 @@ fn recover(disk: &SimStorage, context: &str) -> Option<usize> {
         seen.push(gone);
     }
     assert_eq!(seen[0], seen[1], "{context}: two opens disagree");
+    verifies(disk, context);
     seen[0]
 }
 
@@ -168,6 +192,8 @@ fn a_crash_while_a_conversations_key_is_made_leaves_it_absent_or_whole() {
                 store.conversation("new"),
                 Err(Error::Erased { .. })
             ));
+            drop(store);
+            verifies(&crashed, &context);
         }
     }
 }

@@ -805,6 +805,15 @@ fn an_edited_snapshot_is_named_by_verify_and_ignored_by_an_open_with_the_key() {
     assert_eq!(lsn, 4);
     assert_eq!(file, path);
     assert!(detail.contains("keyed tag"), "{detail}");
+    // The message names the file a snapshot, not a segment.
+    let message = tamper::verify(dir.path(), Some(&key()), None, None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains(&format!("(snapshot {}, offset ", path.display())),
+        "{message}"
+    );
+    assert!(!message.contains("segment"), "{message}");
 
     // Opening with the key ignores it and replays the log: the true text.
     for read_only in [false, true] {

@@ -17,6 +17,9 @@
 //!   colours only when asked), [`write_json`], and [`write_html`] (inline
 //!   CSS, no scripts, no external resources, every piece of content
 //!   escaped).
+//! - [`SealedOverview`]: an encrypted store read without its store key:
+//!   its structure (conversation ids, LSNs, sizes, key events, erasures),
+//!   nothing sealed.
 //! - [`tail()`]: prints events as JSON lines or one-line summaries as they
 //!   are appended, following the log with [`crate::log::LogIter::wait_next`].
 //!
@@ -47,6 +50,7 @@
 
 mod format;
 mod html;
+mod sealed;
 mod source;
 mod tail;
 mod text;
@@ -54,6 +58,10 @@ mod timeline;
 
 pub use format::format_duration_ms;
 pub use html::{write_html, HtmlOptions};
+pub use sealed::{
+    write_sealed_overview_text, SealedConversation, SealedErasure, SealedEvent, SealedOverview,
+    SEALED_OVERVIEW_NOTE,
+};
 pub use source::AuditView;
 pub use tail::{
     event_summary, tail, tail_reader, tail_with_key, TailFormat, TailOptions, TailReport,

@@ -71,8 +71,9 @@ impl AuditView {
     /// conversations read opened; erased ones are listed apart
     /// ([`AuditView::erased`], the overview's `erased`), and asking for
     /// one (`only`) fails with [`Error::Erased`]. Without a key an
-    /// encrypted store is refused with `Error::Encryption`, which says so
-    /// (`convlog tail` and `convlog dump` show its structure without it).
+    /// encrypted store is refused with `Error::Encryption`, which says so;
+    /// its structure without the key is [`SealedOverview`](super::SealedOverview)
+    /// (what `convlog inspect` shows then).
     pub fn open_with_key(
         dir: impl AsRef<Path>,
         only: Option<&str>,

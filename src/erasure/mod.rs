@@ -57,6 +57,14 @@ pub const KEY_MADE_KIND: &str = "convlog.key_made";
 /// as a JSON object.
 pub const ERASED_KIND: &str = "convlog.erased";
 
+/// The name of the (empty) host slice every snapshot of an encrypted store
+/// carries in its directory (`docs/format.md`, section 14.3): a writer
+/// opened without the store key on a store whose key table is missing
+/// sees from it that the store is encrypted, without reading the log the
+/// snapshot covers, and is refused. Readers that do not know it ignore it,
+/// as any host slice no reducer asks for.
+pub const SNAPSHOT_MARK: &str = "convlog.encrypted/v1";
+
 /// The custom kinds only the store writes; an append of one is refused.
 pub const RESERVED_KINDS: [&str; 3] = [SEALED_KIND, KEY_MADE_KIND, ERASED_KIND];
 
@@ -245,6 +253,15 @@ pub struct ErasureReport {
 /// Whether `event` is a custom event of a kind only the store writes.
 pub fn is_reserved(event: &Event) -> bool {
     matches!(event, Event::Custom(custom) if RESERVED_KINDS.contains(&custom.kind.as_str()))
+}
+
+/// Whether `event` is the store's own key bookkeeping (a
+/// `convlog.key_made` event: a conversation's key half, sealed under the
+/// store key). It is part of the log, for audits of the log itself
+/// (`convlog dump`, `tail`), but not of the conversation: the server never
+/// sends it to clients, and reads of the conversation never show it.
+pub fn is_key_bookkeeping(event: &Event) -> bool {
+    matches!(event, Event::Custom(custom) if custom.kind == KEY_MADE_KIND)
 }
 
 /// Whether `event` is a sealed event (its plain form needs the key).

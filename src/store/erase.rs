@@ -56,9 +56,50 @@ pub(super) fn refuse_lost_key_table(
     Ok(())
 }
 
+/// Refuses to open a store for writing without a store key when what the
+/// open read shows it encrypted (its key table must be missing, or the
+/// open without a key would have been refused already): such a writer
+/// would record new events, of its sealed conversations too, in the clear.
+/// What shows it costs nothing more than the open: the snapshot it starts
+/// from carries [`erasure::SNAPSHOT_MARK`] when a store with a key wrote
+/// it, and the replay after it sees every store-written key event.
+pub(super) fn refuse_keyless_writer(
+    backend: &super::backend::Backend,
+    seen: Option<super::open::EncryptionSeen>,
+) -> Result<()> {
+    use super::open::EncryptionSeen;
+    let Some(seen) = seen else {
+        return Ok(());
+    };
+    let evidence = match seen {
+        EncryptionSeen::Snapshot { lsn } => {
+            format!("its snapshot at LSN {lsn} was written by the store opened with its store key")
+        }
+        EncryptionSeen::Event { lsn, id } => {
+            format!("its log holds encrypted conversations (conversation {id:?} at LSN {lsn})")
+        }
+    };
+    let table = backend.dir().join(erasure::KEY_TABLE_FILE);
+    Err(Error::Encryption {
+        store: backend.dir().to_path_buf(),
+        reason: format!(
+            "the store is encrypted ({evidence}) but was opened for writing without its store key, and its key table {} is missing: a writer without the key would record events in the clear beside the sealed ones. Put the store's `keys` file back and open it with its store key (--key-file FILE or CONVLOG_KEY_FILE; StoreOptions::encryption); reading without the key (a read-only open, `convlog tail`, `dump`, `inspect`) shows its structure. Nothing was written",
+            table.display()
+        ),
+    })
+}
+
 impl StoreCore {
     fn keyring(&self) -> Option<&Keyring> {
         self.log.keyring.as_ref()
+    }
+
+    /// The host slice every snapshot of an encrypted store carries
+    /// ([`erasure::SNAPSHOT_MARK`], empty): it says "encrypted" to a
+    /// writer opened later without the key (docs/format.md, 14.3).
+    pub(super) fn encryption_mark(&self) -> Option<(String, Vec<u8>)> {
+        self.keyring()
+            .map(|_| (erasure::SNAPSHOT_MARK.to_string(), Vec::new()))
     }
 
     /// Every conversation erased or being erased, sorted.

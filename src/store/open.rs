@@ -166,8 +166,15 @@ impl Store {
             options.encryption.as_ref(),
             !backend.is_read_only(),
         )?;
-        let Started { state, hosts, tail } =
-            start_from_snapshot(&backend, candidates, known_chain, hosts, &mut report)?;
+        let Started {
+            state,
+            hosts,
+            tail,
+            encryption,
+        } = start_from_snapshot(&backend, candidates, known_chain, hosts, &mut report)?;
+        if backend.keyring.is_none() && !backend.is_read_only() {
+            super::erase::refuse_keyless_writer(&backend, encryption)?;
+        }
         // A read-only store follows its writer; a writer on a log with many
         // writers follows the log too (its own appends and the others').
         let (options, next_lsn) = if backend.is_read_only() || backend.log().many_writers() {
@@ -326,8 +333,35 @@ pub(super) fn start_from_snapshot(
         (Some(frame), Some(reader)) => Box::new(reader.iter_after(frame)),
         _ => log.read_from(start.replay_from),
     };
-    let (state, hosts) = start.replay(tail.as_mut(), backend.keyring.as_ref(), report)?;
-    Ok(Started { state, hosts, tail })
+    let encrypted_snapshot = start.chosen.as_ref().and_then(|loaded| {
+        loaded
+            .host_slices
+            .contains_key(crate::erasure::SNAPSHOT_MARK)
+            .then_some(loaded.lsn)
+    });
+    let (state, hosts, first_key_event) =
+        start.replay(tail.as_mut(), backend.keyring.as_ref(), report)?;
+    let encryption = match (encrypted_snapshot, first_key_event) {
+        (_, Some((lsn, id))) => Some(EncryptionSeen::Event { lsn, id }),
+        (Some(lsn), None) => Some(EncryptionSeen::Snapshot { lsn }),
+        (None, None) => None,
+    };
+    Ok(Started {
+        state,
+        hosts,
+        tail,
+        encryption,
+    })
+}
+
+/// What an open saw that says the store is encrypted, with or without its
+/// key table (docs/erasure.md, "A missing key table").
+pub(super) enum EncryptionSeen {
+    /// The snapshot it started from was written by a store with a key.
+    Snapshot { lsn: Lsn },
+    /// The log it replayed holds a store-written event of an encrypted
+    /// conversation (sealed, key made, erased).
+    Event { lsn: Lsn, id: String },
 }
 
 /// A store as it starts (or a read-only one starts again) from a snapshot.
@@ -336,6 +370,8 @@ pub(super) struct Started {
     pub(super) hosts: Vec<(TypeId, HostSlot)>,
     /// Where the replay ended; a read-only store follows the log from here.
     pub(super) tail: Box<dyn LogCursor>,
+    /// Whether the snapshot or the log replayed shows the store encrypted.
+    pub(super) encryption: Option<EncryptionSeen>,
 }
 
 /// Fails when the directory holds snapshots but no segment: the segment
@@ -481,13 +517,15 @@ impl Start {
 
     /// Indexes and folds every event `tail` returns (it starts at
     /// `replay_from`) until it reaches the end of what is written; returns
-    /// the index and the host slots.
+    /// the index, the host slots, and the first event only an encrypted
+    /// store writes (sealed, key made, erased), its LSN and conversation.
+    #[allow(clippy::type_complexity)]
     pub(super) fn replay(
         self,
         tail: &mut dyn LogCursor,
         keyring: Option<&crate::erasure::Keyring>,
         report: &mut OpenReport,
-    ) -> Result<(State, Vec<(TypeId, HostSlot)>)> {
+    ) -> Result<(State, Vec<(TypeId, HostSlot)>, Option<(Lsn, String)>)> {
         let Start {
             chosen,
             mut hosts,
@@ -504,9 +542,14 @@ impl Start {
             recent_frames: std::collections::VecDeque::new(),
             seek_points: Vec::new(),
         };
+        let mut first_key_event = None;
         for record in tail {
             let record = record?;
             let mut event = record.event()?;
+            if first_key_event.is_none() && crate::erasure::is_reserved(&event) {
+                let id = event.conversation_id().unwrap_or_default().to_string();
+                first_key_event = Some((record.lsn, id));
+            }
             if let (Some(keyring), false) = (keyring, hosts.is_empty()) {
                 // Host slices fold the events as appended: opened.
                 event = keyring.open_for_hosts(event, record.lsn);
@@ -525,7 +568,7 @@ impl Start {
             state.bytes_since_snapshot += record.payload.len() as u64;
             report.replayed_events += 1;
         }
-        Ok((state, hosts))
+        Ok((state, hosts, first_key_event))
     }
 }
 

@@ -159,6 +159,7 @@ impl StoreCore {
             host_slices.push((reducer.name().to_string(), bytes));
         }
         drop(taken);
+        host_slices.extend(self.encryption_mark());
         let current = self.state.read().snapshot.clone();
         if let Some(loaded) = current.as_ref().filter(|loaded| loaded.lsn == lsn) {
             return Ok(SnapshotInfo {

@@ -187,3 +187,18 @@ pub fn writable_segment_maps(pid: &str, dir: &Path) -> Vec<PathBuf> {
     paths.dedup();
     paths
 }
+
+/// Copies every file under `from` on the simulated disk `disk`, as a read
+/// sees it now, to the real directory `to` (created): the file-system
+/// checks (`store::verify`, `tamper::verify`) then run on it.
+pub fn copy_out(disk: &convlog::storage::sim::SimStorage, from: &Path, to: &Path) {
+    use convlog::storage::Storage;
+    std::fs::create_dir_all(to).unwrap();
+    for name in disk.list_dir(from).unwrap() {
+        let path = from.join(&name);
+        match disk.file_bytes(&path) {
+            Some(bytes) => std::fs::write(to.join(&name), bytes).unwrap(),
+            None => copy_out(disk, &path, &to.join(&name)),
+        }
+    }
+}

@@ -42,7 +42,29 @@ pub fn inspect(
     color: ColorArg,
 ) -> Result<(), Failure> {
     crate::shell::existing_store(dir)?;
-    let view = open_view(dir, conversation)?;
+    let key = crate::shell::store_key(None)?;
+    if key.is_none() && convlog::erasure::is_encrypted_store(dir) {
+        return inspect_sealed(dir, conversation, json);
+    }
+    let view = match AuditView::open_with_key(dir, conversation, key.as_ref()) {
+        Ok(view) => view,
+        // Sealed events and no key table beside them (it is missing): the
+        // structure is what can be shown, with the reason.
+        Err(error @ convlog::Error::UndecodableEvent { .. }) if key.is_none() => {
+            let sealed = audit::SealedOverview::read(dir, conversation).is_ok_and(|overview| {
+                overview
+                    .conversations
+                    .iter()
+                    .any(|row| row.state != "clear")
+            });
+            if !sealed {
+                return Err(error.into());
+            }
+            eprintln!("convlog: note: {error}");
+            return inspect_sealed(dir, conversation, json);
+        }
+        Err(error) => return Err(error.into()),
+    };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let written = match conversation {
         Some(id) => {
@@ -64,6 +86,25 @@ pub fn inspect(
     };
     written.and_then(|()| out.flush()).or_else(stdout_closed)
 }
+
+/// `convlog inspect` of an encrypted store without its store key: its
+/// structure only, saying so in the output and on standard error.
+fn inspect_sealed(dir: &Path, conversation: Option<&str>, json: bool) -> Result<(), Failure> {
+    let overview = audit::SealedOverview::read(dir, conversation)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = if json {
+        audit::write_json(&mut out, &overview)
+    } else {
+        audit::write_sealed_overview_text(&mut out, &overview)
+    };
+    written.and_then(|()| out.flush()).or_else(stdout_closed)?;
+    eprintln!("{SEALED_INSPECT_NOTE}");
+    Ok(())
+}
+
+/// What `inspect` says on standard error of an encrypted store read
+/// without its key.
+pub const SEALED_INSPECT_NOTE: &str = "convlog: note: the store is encrypted (docs/erasure.md): shown is its structure only (conversation ids, LSNs, sizes, key events, erasures); pass --key-file FILE or set CONVLOG_KEY_FILE to read its content";
 
 /// `convlog tail STORE [-n N] [--follow] [--json] [--conversation ID]`.
 pub fn tail(
@@ -104,7 +145,7 @@ fn open_view(dir: &Path, conversation: Option<&str>) -> Result<AuditView, Failur
     let key = crate::shell::store_key(None)?;
     if key.is_none() && convlog::erasure::is_encrypted_store(dir) {
         return Err(Failure(format!(
-            "store {}: the store is encrypted (docs/erasure.md): its content is sealed and needs the store key: pass --key-file FILE or set CONVLOG_KEY_FILE. Without the key, `convlog tail` and `convlog dump` show its structure (conversation ids, kinds, LSNs)",
+            "store {}: the store is encrypted (docs/erasure.md): its content is sealed and needs the store key: pass --key-file FILE or set CONVLOG_KEY_FILE. Without the key, `convlog inspect`, `tail` and `dump` show its structure (conversation ids, LSNs, sizes)",
             dir.display()
         )));
     }

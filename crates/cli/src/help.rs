@@ -275,7 +275,9 @@ Example:
 pub const INSPECT_HELP: &str = r#"Without --conversation: every conversation with its entry count, evaluations and
 unfinished calls. With it: a timeline of evaluations, turns, messages (trimmed),
 tool calls with status, duration and errors. Coloured on a terminal, plain when
-piped; --json for scripts. Takes no lock: works while a writer runs.
+piped; --json for scripts. Takes no lock: works while a writer runs. An
+encrypted store read without its key (--key-file, CONVLOG_KEY_FILE) shows its
+structure only: conversation ids, states, LSNs, sizes, key events, erasures.
 
 Examples:
   convlog inspect ./my-store

@@ -123,8 +123,9 @@ fn erase_makes_a_conversation_unreadable_and_says_so() {
 
 /// The audit views and `dump` on an encrypted store: with `--key-file`
 /// they read its content and list an erased conversation as erased;
-/// without it `tail` and `dump` show the structure (ids, LSNs, sealed) and
-/// say the content is sealed, and `inspect` says the key is needed.
+/// without it `inspect`, `tail` and `dump` show the structure (ids, LSNs,
+/// sealed) and say the content is sealed; an HTML export says the key is
+/// needed.
 #[test]
 fn audit_views_and_dump_read_an_encrypted_store_with_its_key_and_its_structure_without() {
     let keys = tempfile::tempdir().unwrap();
@@ -141,14 +142,73 @@ fn audit_views_and_dump_read_an_encrypted_store_with_its_key_and_its_structure_w
     assert!(erased.status.success(), "{}", stderr(&erased));
     let key_arg = path_arg(&key);
 
-    // Without the key.
+    // Without the key: inspect shows the structure, says so, and shows no
+    // content.
     let inspect = convlog(&["inspect", store], "", None);
-    assert!(!inspect.status.success());
+    assert!(inspect.status.success(), "{}", stderr(&inspect));
+    let text = stdout(&inspect);
+    assert!(
+        text.contains("structure only") && text.contains("kept") && text.contains("sealed"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 erased conversation") && text.contains("gone"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("hello there") && !text.contains("secret one"),
+        "{text}"
+    );
     assert!(
         stderr(&inspect).contains("the store is encrypted")
             && stderr(&inspect).contains("--key-file"),
         "{}",
         stderr(&inspect)
+    );
+    let json = convlog(&["inspect", store, "--json"], "", None);
+    assert!(json.status.success(), "{}", stderr(&json));
+    let overview: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert!(overview["note"]
+        .as_str()
+        .unwrap()
+        .contains("structure only"));
+    let states: Vec<(&str, &str)> = overview["conversations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["conversation_id"].as_str().unwrap(),
+                row["state"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(states, [("gone", "erased"), ("kept", "sealed")]);
+    let one = convlog(&["inspect", store, "--conversation", "kept"], "", None);
+    assert!(one.status.success(), "{}", stderr(&one));
+    assert!(
+        stdout(&one).contains("convlog.key_made") && !stdout(&one).contains("hello there"),
+        "{}",
+        stdout(&one)
+    );
+    // An HTML page is all content: refused without the key, saying why.
+    let html = convlog(
+        &[
+            "export",
+            store,
+            "--conversation",
+            "kept",
+            "--format",
+            "html",
+        ],
+        "",
+        None,
+    );
+    assert!(!html.status.success());
+    assert!(
+        stderr(&html).contains("the store is encrypted") && stderr(&html).contains("--key-file"),
+        "{}",
+        stderr(&html)
     );
     let tail = convlog(&["tail", store, "-n", "50"], "", None);
     assert!(tail.status.success(), "{}", stderr(&tail));
@@ -262,5 +322,21 @@ fn audit_views_and_dump_read_an_encrypted_store_with_its_key_and_its_structure_w
         stderr(&dump).contains("erased conversations") && stderr(&dump).contains("gone"),
         "{}",
         stderr(&dump)
+    );
+
+    // Its key table lost: inspect without the key still shows the
+    // structure, and says why the content cannot be read.
+    std::fs::remove_file(dir.path().join("store").join("keys")).unwrap();
+    let inspect = convlog(&["inspect", store], "", None);
+    assert!(inspect.status.success(), "{}", stderr(&inspect));
+    assert!(
+        stdout(&inspect).contains("structure only"),
+        "{}",
+        stdout(&inspect)
+    );
+    assert!(
+        stderr(&inspect).contains("is missing"),
+        "{}",
+        stderr(&inspect)
     );
 }

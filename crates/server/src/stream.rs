@@ -422,7 +422,11 @@ pub fn read_after(
     }
     let take = |record: convlog::log::Record, out: &mut Vec<(Lsn, String)>| {
         let event = record.event()?;
-        if event.conversation_id() == Some(context_id) {
+        // The store's own key bookkeeping (`convlog.key_made`) is not the
+        // context's content: never sent to clients.
+        if event.conversation_id() == Some(context_id)
+            && !convlog::erasure::is_key_bookkeeping(&event)
+        {
             // On an encrypted store: opened with the context's key.
             let event = store.unseal_event(record.lsn, event)?;
             out.push((record.lsn, convlog::json::to_json_line(record.lsn, &event)?));

@@ -99,9 +99,10 @@ pub const READ_AHEAD: u64 = 64;
 /// to `convlog.STORE.l.<CRC-32 of the id>`.
 pub const SUBJECT_TOKEN_MAX: usize = 256;
 
-/// The most bytes of batches a writer keeps in memory to serve
+/// The most bytes of batches a writer keeps in memory by default to serve
 /// [`EventLog::read_batch`] without a round-trip (the batches it appended
-/// or read most recently; the oldest stream sequences go first).
+/// or read most recently; the oldest stream sequences go first):
+/// [`JetStreamOptions::batch_cache_bytes`].
 pub const BATCH_CACHE_BYTES: usize = 16 << 20;
 
 /// The format of the messages: the description's `format=`.
@@ -128,6 +129,7 @@ pub struct JetStreamOptions {
     append_retry_window: Duration,
     create: bool,
     expect_store_id: Option<StoreId>,
+    batch_cache_bytes: usize,
 }
 
 impl Default for JetStreamOptions {
@@ -139,6 +141,7 @@ impl Default for JetStreamOptions {
             append_retry_window: Duration::from_secs(30),
             create: true,
             expect_store_id: None,
+            batch_cache_bytes: BATCH_CACHE_BYTES,
         }
     }
 }
@@ -190,6 +193,16 @@ impl JetStreamOptions {
     /// Fails the open unless the stream holds this store.
     pub fn expect_store_id(mut self, store_id: StoreId) -> JetStreamOptions {
         self.expect_store_id = Some(store_id);
+        self
+    }
+
+    /// How many bytes of batches a writer keeps in memory to serve reads
+    /// without a round-trip to the stream ([`BATCH_CACHE_BYTES`] by
+    /// default); 0 keeps none, so every read of a batch is a message fetch
+    /// (what a follower always does). A follower keeps no cache whatever
+    /// this says.
+    pub fn batch_cache_bytes(mut self, bytes: usize) -> JetStreamOptions {
+        self.batch_cache_bytes = bytes;
         self
     }
 
@@ -370,11 +383,12 @@ struct Shared {
     runtime: Option<tokio::runtime::Runtime>,
 }
 
-/// Recently appended or read batches, at most [`BATCH_CACHE_BYTES`].
-#[derive(Default)]
+/// Recently appended or read batches, at most `budget` bytes
+/// ([`JetStreamOptions::batch_cache_bytes`]).
 struct BatchCache {
     batches: std::collections::BTreeMap<u64, Vec<Record>>,
     bytes: usize,
+    budget: usize,
 }
 
 impl BatchCache {
@@ -385,16 +399,24 @@ impl BatchCache {
             .sum()
     }
 
+    fn new(budget: usize) -> BatchCache {
+        BatchCache {
+            batches: std::collections::BTreeMap::new(),
+            bytes: 0,
+            budget,
+        }
+    }
+
     fn insert(&mut self, sequence: u64, records: Vec<Record>) {
         let size = BatchCache::size(&records);
-        if size > BATCH_CACHE_BYTES {
+        if size > self.budget {
             return;
         }
         if let Some(old) = self.batches.insert(sequence, records) {
             self.bytes -= BatchCache::size(&old);
         }
         self.bytes += size;
-        while self.bytes > BATCH_CACHE_BYTES {
+        while self.bytes > self.budget {
             let Some((_, evicted)) = self.batches.pop_first() else {
                 break;
             };
@@ -1117,7 +1139,8 @@ impl JetStreamLog {
             replicas,
             writer_id: uuid::Uuid::new_v4().simple().to_string(),
             append_retry_window: options.append_retry_window,
-            cache: writable.then(|| Mutex::new(BatchCache::default())),
+            cache: (writable && options.batch_cache_bytes > 0)
+                .then(|| Mutex::new(BatchCache::new(options.batch_cache_bytes))),
             last_known: AtomicU64::new(0),
             runtime: Some(runtime),
         });
@@ -1711,7 +1734,7 @@ mod tests {
                 payload: vec![0; bytes],
             }]
         };
-        let mut cache = BatchCache::default();
+        let mut cache = BatchCache::new(BATCH_CACHE_BYTES);
         let quarter = BATCH_CACHE_BYTES / 4;
         for sequence in 1..=6 {
             cache.insert(sequence, batch(sequence, quarter));

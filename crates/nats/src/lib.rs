@@ -380,6 +380,10 @@ struct Shared {
     /// appended, read or was told of it): a cursor past it asks the stream
     /// where it ends before reading ahead.
     last_known: AtomicU64,
+    /// The highest first LSN this handle has seen the stream hold: another
+    /// writer's compaction moves it, and this handle learns of it when it
+    /// reads the stream's ends.
+    first_known: AtomicU64,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -684,7 +688,11 @@ impl Shared {
         let first = self.head_at(state.first_sequence)?;
         let last = self.head_at(state.last_sequence)?;
         match (first, last) {
-            (Some(first), Some(last)) => Ok((first.first_lsn, last.end_lsn(), last.chain, state)),
+            (Some(first), Some(last)) => {
+                self.first_known
+                    .fetch_max(first.first_lsn, Ordering::AcqRel);
+                Ok((first.first_lsn, last.end_lsn(), last.chain, state))
+            }
             _ => Err(self.io(
                 "read the ends of",
                 io::ErrorKind::Other,
@@ -1142,6 +1150,7 @@ impl JetStreamLog {
             cache: (writable && options.batch_cache_bytes > 0)
                 .then(|| Mutex::new(BatchCache::new(options.batch_cache_bytes))),
             last_known: AtomicU64::new(0),
+            first_known: AtomicU64::new(1),
             runtime: Some(runtime),
         });
         let writer = if writable {
@@ -1404,9 +1413,9 @@ impl EventLog for JetStreamLog {
         match self.shared.get(locator.offset)? {
             Some(message) => Ok(self.shared.records(&message)?.1),
             None => {
-                let state = self.shared.stream_state()?;
+                let (first_lsn, _, _, state) = self.shared.ends()?;
                 if locator.offset < state.first_sequence {
-                    Err(self.shared.compacted(1, self.first_lsn()))
+                    Err(self.shared.compacted(1, first_lsn))
                 } else {
                     Err(Error::PositionNotFound {
                         store: self.shared.name.clone(),
@@ -1431,7 +1440,11 @@ impl EventLog for JetStreamLog {
 
     fn first_lsn(&self) -> Lsn {
         match &self.writer {
-            Some(writer) => writer.lock().first_lsn,
+            // Another writer may have compacted since this one did.
+            Some(writer) => writer
+                .lock()
+                .first_lsn
+                .max(self.shared.first_known.load(Ordering::Acquire)),
             None => self
                 .shared
                 .ends()
@@ -1459,8 +1472,11 @@ impl EventLog for JetStreamLog {
     fn drop_before(&self, lsn: Lsn) -> Result<Dropped> {
         let writer = self.writer("compact")?;
         let mut writer_state = writer.lock();
-        let state = self.shared.stream_state()?;
-        let keep = if lsn >= writer_state.next_lsn {
+        // The stream's end, not this writer's: other writers may have
+        // appended after what it knows, and only the last batch the stream
+        // holds may be kept for an LSN at or past the end.
+        let (_, next_lsn, _, state) = self.shared.ends()?;
+        let keep = if lsn >= next_lsn {
             state.last_sequence
         } else {
             match self.shared.find(lsn, &state)? {
@@ -1481,10 +1497,15 @@ impl EventLog for JetStreamLog {
             }
             if let Some(head) = self.shared.head_at(keep)? {
                 writer_state.first_lsn = head.first_lsn;
+                self.shared
+                    .first_known
+                    .fetch_max(head.first_lsn, Ordering::AcqRel);
             }
         }
         Ok(Dropped {
-            first_lsn: writer_state.first_lsn,
+            first_lsn: writer_state
+                .first_lsn
+                .max(self.shared.first_known.load(Ordering::Acquire)),
             removed: Vec::new(),
         })
     }
@@ -1504,7 +1525,9 @@ impl EventLog for JetStreamLog {
             let writer = writer.lock();
             // Past this writer's end: other writers may have appended.
             (lsn <= writer.next_lsn).then_some((
-                writer.first_lsn,
+                writer
+                    .first_lsn
+                    .max(self.shared.first_known.load(Ordering::Acquire)),
                 writer.next_lsn,
                 writer.last_chain,
             ))

@@ -119,14 +119,22 @@ fn hosts_open_while_another_compacts_carry_on() {
 
     chat(&compactor, "talk", 6, 4);
     for host in [&conditional, &snapshotter, &follower] {
-        assert_eq!(host.refresh().unwrap(), 14, "caught up before the compaction");
+        assert_eq!(
+            host.refresh().unwrap(),
+            14,
+            "caught up before the compaction"
+        );
     }
     let taken = compactor.snapshot().unwrap();
     assert_eq!(taken.lsn, 14);
     chat(&compactor, "talk", 10, 2);
     let compacted = compactor.compact().unwrap();
     assert_eq!(compacted.note, None, "{compacted:?}");
-    assert_eq!(first_lsn(&url), 14, "the stream was purged up to the snapshot");
+    assert_eq!(
+        first_lsn(&url),
+        14,
+        "the stream was purged up to the snapshot"
+    );
 
     // A conditional append on a version read before: a clean conflict
     // naming the conversation's version now, not `Compacted`.
@@ -167,7 +175,8 @@ fn hosts_open_while_another_compacts_carry_on() {
     behind
         .append(&[
             Event::tool_status("tools", "run", "call_1", ToolStatus::Completed),
-            ConversationEntry::tool_result("run", 2, "call_1", "weather", "sunny").recorded_in("tools"),
+            ConversationEntry::tool_result("run", 2, "call_1", "weather", "sunny")
+                .recorded_in("tools"),
         ])
         .unwrap();
     chat(&behind, "talk", 13, 1);
@@ -177,19 +186,24 @@ fn hosts_open_while_another_compacts_carry_on() {
         .unfinished_calls
         .is_empty());
 
-    // The snapshotter takes a snapshot (its folds read past the purge) and
-    // compacts (its older snapshot no longer has anything to drop).
+    // The snapshotter takes a snapshot (its folds read past the purge, and
+    // it never appended, so its handle's own view of the end is old) ...
     let newer = snapshotter.snapshot().unwrap();
     assert_eq!(newer.lsn, 20);
-    snapshotter.compact().unwrap();
-    assert_eq!(texts(&snapshotter, "talk"), turns(0..14));
+    // ... another host appends after it, and the snapshotter compacts:
+    // only what its snapshot covers is dropped.
+    chat(&compactor, "talk", 14, 2);
+    let dropped = snapshotter.compact().unwrap();
+    assert_eq!(dropped.note, None, "{dropped:?}");
+    assert_eq!(first_lsn(&url), 20, "purged up to the snapshot, no further");
+    assert_eq!(texts(&snapshotter, "talk"), turns(0..16));
 
     // The follower sees everything, in order.
-    assert_eq!(texts(&follower, "talk"), turns(0..14));
+    assert_eq!(texts(&follower, "talk"), turns(0..16));
     assert_eq!(follower.conversation("tools").unwrap().len(), 3);
 
     // The compactor sees the other hosts' appends.
-    assert_eq!(texts(&compactor, "talk"), turns(0..14));
+    assert_eq!(texts(&compactor, "talk"), turns(0..16));
     assert!(compactor
         .resume("tools", &Default::default())
         .unwrap()
@@ -210,6 +224,6 @@ fn hosts_open_while_another_compacts_carry_on() {
 
     // A new host opens from the bucket and sees the same store.
     let fresh = convlog_nats::open_store_shared(&url, compacting(), nats_options()).unwrap();
-    assert_eq!(texts(&fresh, "talk"), turns(0..14));
+    assert_eq!(texts(&fresh, "talk"), turns(0..16));
     assert_eq!(fresh.conversation("tools").unwrap().len(), 3);
 }

@@ -252,33 +252,32 @@ impl StoreCore {
             key,
         )?;
         let loaded = Arc::new(snapshot::load(storage.as_ref(), &path)?);
-        {
-            let mut state = self.state.write();
-            if state.snapshot.as_ref().is_some_and(|newer| newer.lsn > lsn) {
-                // A following store started again meanwhile from another
-                // writer's newer snapshot: keep that one.
-                drop(state);
-                self.remove_old_snapshots(storage.as_ref())?;
-                return Ok(SnapshotInfo {
-                    path,
-                    lsn,
-                    conversations,
-                });
-            }
-            state.snapshot = Some(Arc::clone(&loaded));
-            for entries in state.index.values_mut() {
-                entries.retain(|entry| entry.lsn >= lsn);
-            }
-            state.index.retain(|_, entries| !entries.is_empty());
-            state.events_since_snapshot = 0;
-            state.bytes_since_snapshot = 0;
-        }
+        self.start_from_written(loaded);
         self.remove_old_snapshots(storage.as_ref())?;
         Ok(SnapshotInfo {
             path,
             lsn,
             conversations,
         })
+    }
+
+    /// Makes the snapshot just written the one reads start from, and drops
+    /// the index entries it covers.
+    fn start_from_written(&self, loaded: Arc<snapshot::LoadedSnapshot>) {
+        let lsn = loaded.lsn;
+        let mut state = self.state.write();
+        if state.snapshot.as_ref().is_some_and(|newer| newer.lsn > lsn) {
+            // A following store started again meanwhile from another
+            // writer's newer snapshot: reads keep starting from that one.
+            return;
+        }
+        state.snapshot = Some(loaded);
+        for entries in state.index.values_mut() {
+            entries.retain(|entry| entry.lsn >= lsn);
+        }
+        state.index.retain(|_, entries| !entries.is_empty());
+        state.events_since_snapshot = 0;
+        state.bytes_since_snapshot = 0;
     }
 
     pub(super) fn remove_old_snapshots(&self, storage: &dyn crate::storage::Storage) -> Result<()> {

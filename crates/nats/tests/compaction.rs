@@ -31,7 +31,7 @@ fn compacting() -> StoreOptions {
 }
 
 fn said(conversation: &str, position: u64) -> Event {
-    let role = if position % 2 == 0 {
+    let role = if position.is_multiple_of(2) {
         Role::User
     } else {
         Role::Assistant

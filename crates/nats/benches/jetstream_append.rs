@@ -5,6 +5,8 @@
 //! threads spread over several host processes (up to `HOSTS_MAX`), each
 //! with its own `Store` on its own connection, appending to one store at
 //! once; each thread appends one-event batches to its own conversation.
+//! An append that gives up (`Error::Conflict` after `APPEND_RACES_MAX`
+//! races lost to other hosts) is counted, not timed.
 //! Then the latency of resuming a 200-entry conversation: on the writer's
 //! store just opened (cold) and again (warm), next to the local store; and
 //! from a new host that opened the store from its snapshot bucket, with
@@ -73,23 +75,22 @@ fn per_writer(writers: usize) -> usize {
     (APPENDS_PER_RUN / writers).max(APPENDS_PER_WRITER_MIN)
 }
 
-/// One run: `writers` threads append to `store`; returns appends/s and the
-/// sorted per-append latencies.
-fn run(store: &Store, writers: usize) -> (f64, Vec<Duration>) {
+/// What a run measured: appends/s, the sorted latencies of the appends
+/// that succeeded, and how many gave up (`Error::Conflict` after
+/// `APPEND_RACES_MAX` races lost to other hosts).
+type Measured = (f64, Vec<Duration>, usize);
+
+/// One run: `writers` threads append to `store`.
+fn run(store: &Store, writers: usize) -> Measured {
     run_from(store, writers, per_writer(writers), || {})
 }
 
 /// `writers` threads append `per_writer` batches each to `store`, once
 /// `ready` returned (every thread waits for it).
-fn run_from(
-    store: &Store,
-    writers: usize,
-    per_writer: usize,
-    ready: impl FnOnce(),
-) -> (f64, Vec<Duration>) {
+fn run_from(store: &Store, writers: usize, per_writer: usize, ready: impl FnOnce()) -> Measured {
     let barrier = Barrier::new(writers + 1);
     let mut started = Instant::now();
-    let mut latencies: Vec<Duration> = std::thread::scope(|scope| {
+    let outcomes: Vec<Option<Duration>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..writers)
             .map(|writer| {
                 let barrier = &barrier;
@@ -99,8 +100,14 @@ fn run_from(
                     (0..per_writer as u64)
                         .map(|sequence| {
                             let at = Instant::now();
-                            store.append(&[event(&conversation, sequence)]).unwrap();
-                            at.elapsed()
+                            match store.append(&[event(&conversation, sequence)]) {
+                                Ok(_) => Some(at.elapsed()),
+                                Err(convlog::Error::Conflict {
+                                    conversation_id: None,
+                                    ..
+                                }) => None,
+                                Err(error) => panic!("append: {error}"),
+                            }
                         })
                         .collect::<Vec<_>>()
                 })
@@ -115,8 +122,14 @@ fn run_from(
             .collect()
     });
     let elapsed = started.elapsed();
+    let gave_up = outcomes.iter().filter(|outcome| outcome.is_none()).count();
+    let mut latencies: Vec<Duration> = outcomes.into_iter().flatten().collect();
     latencies.sort();
-    (latencies.len() as f64 / elapsed.as_secs_f64(), latencies)
+    (
+        latencies.len() as f64 / elapsed.as_secs_f64(),
+        latencies,
+        gave_up,
+    )
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -142,9 +155,14 @@ struct Figures {
     rate: Vec<f64>,
     p50: Vec<f64>,
     p99: Vec<f64>,
+    /// Appends that gave up, and appends tried, over all rounds.
+    gave_up: usize,
+    tried: usize,
 }
 
-fn figures(rounds: &mut Figures, (rate, latencies): (f64, Vec<Duration>)) {
+fn figures(rounds: &mut Figures, (rate, latencies, gave_up): Measured) {
+    rounds.gave_up += gave_up;
+    rounds.tried += latencies.len() + gave_up;
     rounds.rate.push(rate);
     rounds
         .p50
@@ -169,6 +187,8 @@ fn new_figures() -> Figures {
         rate: Vec::new(),
         p50: Vec::new(),
         p99: Vec::new(),
+        gave_up: 0,
+        tried: 0,
     }
 }
 
@@ -227,7 +247,7 @@ fn host_main(spec: &str) {
     let threads: usize = threads.parse().expect("a thread count");
     let per_thread: usize = per_thread.parse().expect("an append count");
     let store = convlog_nats::open_store_shared(url, StoreOptions::new(), nats()).unwrap();
-    let (_, latencies) = run_from(&store, threads, per_thread, || {
+    let (_, latencies, gave_up) = run_from(&store, threads, per_thread, || {
         let mut stdout = std::io::stdout();
         writeln!(stdout, "ready").unwrap();
         stdout.flush().unwrap();
@@ -238,14 +258,14 @@ fn host_main(spec: &str) {
         .iter()
         .map(|latency| latency.as_nanos().to_string())
         .collect();
+    println!("{gave_up}");
     println!("{}", nanos.join(" "));
 }
 
 /// `writers` threads in all, spread over up to `HOSTS_MAX` host processes
 /// (each on its own connection, to the nodes in turn), append to the store
-/// `store` at once; returns appends/s (from the go to the last report) and
-/// the sorted latencies.
-fn run_hosts(cluster: &cluster::Cluster, store: &str, writers: usize) -> (f64, Vec<Duration>) {
+/// `store` at once; appends/s from the go to the last report.
+fn run_hosts(cluster: &cluster::Cluster, store: &str, writers: usize) -> Measured {
     let hosts = writers.min(HOSTS_MAX);
     let threads = writers / hosts;
     // Created before the hosts race to open it.
@@ -271,8 +291,13 @@ fn run_hosts(cluster: &cluster::Cluster, store: &str, writers: usize) -> (f64, V
         stdin.flush().unwrap();
     }
     let mut latencies: Vec<Duration> = Vec::new();
+    let mut gave_up = 0;
     for host in &mut running {
+        gave_up += host.line().parse::<usize>().expect("a count");
         let line = host.line();
+        if line.is_empty() {
+            continue;
+        }
         latencies.extend(
             line.split(' ')
                 .map(|nanos| Duration::from_nanos(nanos.parse().expect("nanoseconds"))),
@@ -280,7 +305,11 @@ fn run_hosts(cluster: &cluster::Cluster, store: &str, writers: usize) -> (f64, V
     }
     let elapsed = started.elapsed();
     latencies.sort();
-    (latencies.len() as f64 / elapsed.as_secs_f64(), latencies)
+    (
+        latencies.len() as f64 / elapsed.as_secs_f64(),
+        latencies,
+        gave_up,
+    )
 }
 
 /// A new host resumes the 200-entry conversation of store `store`, which
@@ -349,7 +378,9 @@ fn main() {
         return;
     };
     println!("load before: {}", load());
-    println!("| writers | store | appends/s | p50 ms | p99 ms |\n|---|---|---|---|---|");
+    println!(
+        "| writers | store | appends/s | p50 ms | p99 ms | gave up |\n|---|---|---|---|---|---|"
+    );
     for writers in WRITERS {
         let mut local = new_figures();
         let mut jet = new_figures();
@@ -389,10 +420,12 @@ fn main() {
             ),
         ] {
             println!(
-                "| {writers} | {name} | {} | {} | {} |",
+                "| {writers} | {name} | {} | {} | {} | {} of {} |",
                 format_range(figures.rate, "", 0),
                 format_range(figures.p50, "", 3),
                 format_range(figures.p99, "", 3),
+                figures.gave_up,
+                figures.tried,
             );
         }
         println!("load: {}", load());

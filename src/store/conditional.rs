@@ -160,9 +160,12 @@ impl StoreCore {
             self.catch_up_with_other_writers()?;
         }
         if let Some((conversation_id, _, last_lsn)) = expected {
-            // Every append touching the conversation is indexed by now.
+            // Every append touching the conversation is indexed by now. On
+            // a log with many writers another may have compacted what the
+            // index points into: the read starts again from the newest
+            // snapshot then, as every read does.
             let actual = self
-                .fold_conversation(conversation_id, None)?
+                .follow_read(|| self.fold_conversation(conversation_id, None))?
                 .map_or(0, |slice| slice.last_lsn());
             if actual != last_lsn {
                 return Err(self.conflict(Some(conversation_id), last_lsn, actual));

@@ -283,6 +283,16 @@ impl StoreCore {
             (state.snapshot.clone(), positions)
         };
         let base_lsn = snapshot.as_ref().map_or(1, |loaded| loaded.lsn);
+        if let Some(limit) = below_lsn.filter(|limit| *limit < base_lsn) {
+            // A following store started again from a newer snapshot than
+            // the cut (another writer compacted): what lies between is only
+            // in that snapshot, folded past the cut.
+            return Err(Error::Compacted {
+                store: self.log.dir().to_path_buf(),
+                first_missing: limit,
+                next_present: base_lsn,
+            });
+        }
         let mut slice = self.snapshot_slice(snapshot.as_deref(), conversation_id, key);
         if let Some(Err(error)) = &slice {
             // Snapshots are derived data: rebuild from the log if it is whole.

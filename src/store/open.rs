@@ -306,9 +306,11 @@ pub(super) fn start_from_snapshot(
     let span = LogSpan {
         store_id: log.store_id(),
         first_lsn: log.first_lsn(),
-        // A follower's next LSN is unknown until it reads: a snapshot past
-        // the end is found by the binding check.
-        next_lsn: if backend.is_read_only() {
+        // A follower's next LSN is unknown until it reads, and a handle of
+        // a log with many writers knows only its own end (other writers,
+        // and the snapshots they took, may be past it): a snapshot past the
+        // end is found by the binding check.
+        next_lsn: if backend.is_read_only() || log.many_writers() {
             Lsn::MAX
         } else {
             log.next_lsn()
@@ -458,6 +460,8 @@ impl Start {
             return Err(no_usable_snapshot(
                 dir,
                 first_lsn,
+                // Only the segment log can show a snapshot's last frame.
+                span.frame_at.is_some(),
                 report
                     .skipped_snapshots
                     .iter()
@@ -693,27 +697,40 @@ fn check_last_frame(
 }
 
 /// The error when the log does not start at LSN 1 and no snapshot usable
-/// with it covers the events before its start.
+/// with it covers the events before its start (`segment_log`: the store's
+/// own segment log, whose files the error can name; otherwise a log other
+/// writers may have compacted).
 pub(super) fn no_usable_snapshot(
     dir: &Path,
     first_lsn: Lsn,
+    segment_log: bool,
     passed_over: impl Iterator<Item = (PathBuf, String)>,
 ) -> Error {
     let reasons: Vec<String> = passed_over
         .map(|(path, reason)| format!("{}: {reason}", path.display()))
         .collect();
-    let first_segment = crate::log::segment::segment_file_name(first_lsn);
-    Error::SnapshotRestore {
-        path: dir.join(snapshot::SNAPSHOT_DIR),
-        reason: format!(
-            "the log starts at LSN {first_lsn} (segment {first_segment}), so events 1..{} must come from a snapshot, and no snapshot usable with this log covers them ({}); either segments before it were deleted (compaction, or by hand) and their snapshot is gone or does not match, or a segment file is missing",
+    let reasons = if reasons.is_empty() {
+        "there is no snapshot".to_string()
+    } else {
+        reasons.join("; ")
+    };
+    let snapshots = dir.join(snapshot::SNAPSHOT_DIR);
+    let reason = if segment_log {
+        let first_segment = crate::log::segment::segment_file_name(first_lsn);
+        format!(
+            "the log starts at LSN {first_lsn} (segment {first_segment}), so events 1..{} must come from a snapshot, and no snapshot usable with this log covers them ({reasons}); either segments before it were deleted (compaction, or by hand) and their snapshot is gone or does not match, or a segment file is missing",
             first_lsn - 1,
-            if reasons.is_empty() {
-                "there is no snapshot".to_string()
-            } else {
-                reasons.join("; ")
-            }
-        ),
+        )
+    } else {
+        format!(
+            "the log starts at LSN {first_lsn}, so events 1..{} must come from a snapshot, and no snapshot usable with this log covers them ({reasons}); a writer of the log dropped the events before it (compaction) after taking a snapshot that is not in this store's snapshot directory {}: open the store with the snapshot directory its writers share (the one the compacting writer used)",
+            first_lsn - 1,
+            snapshots.display(),
+        )
+    };
+    Error::SnapshotRestore {
+        path: snapshots,
+        reason,
     }
 }
 

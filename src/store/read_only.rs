@@ -317,9 +317,10 @@ impl StoreCore {
         outcome
     }
 
-    /// Starts a read-only store again from the newest usable snapshot: the
-    /// writer compacted away segments it was reading.
-    fn restart_from_snapshot(&self) -> Result<()> {
+    /// Starts a following store (read-only, or a writer on a log with many
+    /// writers) again from the newest usable snapshot: a writer compacted
+    /// away what it was reading.
+    pub(super) fn restart_from_snapshot(&self) -> Result<()> {
         let Some(follower) = &self.log.follow else {
             return Ok(());
         };

@@ -76,12 +76,28 @@ impl Store {
             let _no_reads = self.compacting.write();
             // Never delete on the word of a snapshot not checked against the
             // log as it is now (its files may have changed under the store).
-            snapshot::check_binding(&loaded, &log.store_id(), None, &|lsn| log.binding_at(lsn))
-                .map_err(|mismatch| Error::CompactionRefused {
-                    store: self.log.dir().to_path_buf(),
-                    snapshot: loaded.path.clone(),
-                    reason: mismatch.to_string(),
-                })?;
+            match snapshot::check_binding(&loaded, &log.store_id(), None, &|lsn| {
+                log.binding_at(lsn)
+            }) {
+                Ok(()) => {}
+                // Another writer of the log compacted past this snapshot:
+                // nothing it covers is left to drop.
+                Err(snapshot::SnapshotMismatch::BeforeStart { log_first_lsn, .. }) => {
+                    return Ok(CompactReport {
+                        removed: Vec::new(),
+                        note: Some(format!(
+                            "the log already starts at LSN {log_first_lsn}, past the snapshot at LSN {lsn}: nothing it covers is left to drop"
+                        )),
+                    })
+                }
+                Err(mismatch) => {
+                    return Err(Error::CompactionRefused {
+                        store: self.log.dir().to_path_buf(),
+                        snapshot: loaded.path.clone(),
+                        reason: mismatch.to_string(),
+                    })
+                }
+            }
             log.drop_before(lsn)?
         };
         let note = (dropped.removed.is_empty() && dropped.first_lsn == first_lsn)
@@ -121,13 +137,27 @@ impl Store {
 impl StoreCore {
     pub(super) fn snapshot(&self) -> Result<SnapshotInfo> {
         let guard = self.snapshotting.lock();
-        self.snapshot_locked(guard)
+        if self.log.follow.is_none() || self.log.is_read_only() {
+            return self.snapshot_locked(&guard);
+        }
+        // A writer on a log with many writers: the snapshot is taken at the
+        // log's end as known after catching up with the other writers. One
+        // of them may have compacted the prefix this store's index points
+        // into: start again from the newest snapshot, and take it again.
+        self.follow_read(|| Ok(()))?;
+        let mut restarts = 0;
+        loop {
+            match self.snapshot_locked(&guard) {
+                Err(Error::Compacted { .. }) if restarts < super::READ_ONLY_RESTARTS_MAX => {
+                    restarts += 1;
+                    self.restart_from_snapshot()?;
+                }
+                other => return other,
+            }
+        }
     }
 
-    pub(super) fn snapshot_locked(
-        &self,
-        _guard: parking_lot::MutexGuard<'_, ()>,
-    ) -> Result<SnapshotInfo> {
+    fn snapshot_locked(&self, _guard: &parking_lot::MutexGuard<'_, ()>) -> Result<SnapshotInfo> {
         self.log.writer("snapshot")?.sync()?;
         self.forget_taken_back();
         // A consistent cut: every event below `lsn` is indexed and folded
@@ -223,22 +253,32 @@ impl StoreCore {
             key,
         )?;
         let loaded = Arc::new(snapshot::load(storage.as_ref(), &path)?);
-        {
-            let mut state = self.state.write();
-            state.snapshot = Some(Arc::clone(&loaded));
-            for entries in state.index.values_mut() {
-                entries.retain(|entry| entry.lsn >= lsn);
-            }
-            state.index.retain(|_, entries| !entries.is_empty());
-            state.events_since_snapshot = 0;
-            state.bytes_since_snapshot = 0;
-        }
+        self.start_from_written(loaded);
         self.remove_old_snapshots(storage.as_ref())?;
         Ok(SnapshotInfo {
             path,
             lsn,
             conversations,
         })
+    }
+
+    /// Makes the snapshot just written the one reads start from, and drops
+    /// the index entries it covers.
+    fn start_from_written(&self, loaded: Arc<snapshot::LoadedSnapshot>) {
+        let lsn = loaded.lsn;
+        let mut state = self.state.write();
+        if state.snapshot.as_ref().is_some_and(|newer| newer.lsn > lsn) {
+            // A following store started again meanwhile from another
+            // writer's newer snapshot: reads keep starting from that one.
+            return;
+        }
+        state.snapshot = Some(loaded);
+        for entries in state.index.values_mut() {
+            entries.retain(|entry| entry.lsn >= lsn);
+        }
+        state.index.retain(|_, entries| !entries.is_empty());
+        state.events_since_snapshot = 0;
+        state.bytes_since_snapshot = 0;
     }
 
     pub(super) fn remove_old_snapshots(&self, storage: &dyn crate::storage::Storage) -> Result<()> {

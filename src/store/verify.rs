@@ -113,7 +113,12 @@ pub fn verify(dir: impl AsRef<Path>, progress: &mut dyn FnMut(u64)) -> Result<St
     }
     if log.first_lsn > 1 {
         match &chosen {
-            None => return Err(no_usable_snapshot(dir, log.first_lsn, passed_over.into_iter())),
+            None => return Err(no_usable_snapshot(
+                    dir,
+                    log.first_lsn,
+                    true,
+                    passed_over.into_iter(),
+                )),
             Some((path, _, Err(reason))) => {
                 return Err(Error::SnapshotRestore {
                     path: path.clone(),

@@ -99,9 +99,10 @@ pub const READ_AHEAD: u64 = 64;
 /// to `convlog.STORE.l.<CRC-32 of the id>`.
 pub const SUBJECT_TOKEN_MAX: usize = 256;
 
-/// The most bytes of batches a writer keeps in memory to serve
+/// The most bytes of batches a writer keeps in memory by default to serve
 /// [`EventLog::read_batch`] without a round-trip (the batches it appended
-/// or read most recently; the oldest stream sequences go first).
+/// or read most recently; the oldest stream sequences go first):
+/// [`JetStreamOptions::batch_cache_bytes`].
 pub const BATCH_CACHE_BYTES: usize = 16 << 20;
 
 /// The format of the messages: the description's `format=`.
@@ -128,6 +129,7 @@ pub struct JetStreamOptions {
     append_retry_window: Duration,
     create: bool,
     expect_store_id: Option<StoreId>,
+    batch_cache_bytes: usize,
 }
 
 impl Default for JetStreamOptions {
@@ -139,6 +141,7 @@ impl Default for JetStreamOptions {
             append_retry_window: Duration::from_secs(30),
             create: true,
             expect_store_id: None,
+            batch_cache_bytes: BATCH_CACHE_BYTES,
         }
     }
 }
@@ -190,6 +193,16 @@ impl JetStreamOptions {
     /// Fails the open unless the stream holds this store.
     pub fn expect_store_id(mut self, store_id: StoreId) -> JetStreamOptions {
         self.expect_store_id = Some(store_id);
+        self
+    }
+
+    /// How many bytes of batches a writer keeps in memory to serve reads
+    /// without a round-trip to the stream ([`BATCH_CACHE_BYTES`] by
+    /// default); 0 keeps none, so every read of a batch is a message fetch
+    /// (what a follower always does). A follower keeps no cache whatever
+    /// this says.
+    pub fn batch_cache_bytes(mut self, bytes: usize) -> JetStreamOptions {
+        self.batch_cache_bytes = bytes;
         self
     }
 
@@ -367,14 +380,19 @@ struct Shared {
     /// appended, read or was told of it): a cursor past it asks the stream
     /// where it ends before reading ahead.
     last_known: AtomicU64,
+    /// The highest first LSN this handle has seen the stream hold: another
+    /// writer's compaction moves it, and this handle learns of it when it
+    /// reads the stream's ends.
+    first_known: AtomicU64,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
-/// Recently appended or read batches, at most [`BATCH_CACHE_BYTES`].
-#[derive(Default)]
+/// Recently appended or read batches, at most `budget` bytes
+/// ([`JetStreamOptions::batch_cache_bytes`]).
 struct BatchCache {
     batches: std::collections::BTreeMap<u64, Vec<Record>>,
     bytes: usize,
+    budget: usize,
 }
 
 impl BatchCache {
@@ -385,16 +403,24 @@ impl BatchCache {
             .sum()
     }
 
+    fn new(budget: usize) -> BatchCache {
+        BatchCache {
+            batches: std::collections::BTreeMap::new(),
+            bytes: 0,
+            budget,
+        }
+    }
+
     fn insert(&mut self, sequence: u64, records: Vec<Record>) {
         let size = BatchCache::size(&records);
-        if size > BATCH_CACHE_BYTES {
+        if size > self.budget {
             return;
         }
         if let Some(old) = self.batches.insert(sequence, records) {
             self.bytes -= BatchCache::size(&old);
         }
         self.bytes += size;
-        while self.bytes > BATCH_CACHE_BYTES {
+        while self.bytes > self.budget {
             let Some((_, evicted)) = self.batches.pop_first() else {
                 break;
             };
@@ -662,7 +688,11 @@ impl Shared {
         let first = self.head_at(state.first_sequence)?;
         let last = self.head_at(state.last_sequence)?;
         match (first, last) {
-            (Some(first), Some(last)) => Ok((first.first_lsn, last.end_lsn(), last.chain, state)),
+            (Some(first), Some(last)) => {
+                self.first_known
+                    .fetch_max(first.first_lsn, Ordering::AcqRel);
+                Ok((first.first_lsn, last.end_lsn(), last.chain, state))
+            }
             _ => Err(self.io(
                 "read the ends of",
                 io::ErrorKind::Other,
@@ -1117,8 +1147,10 @@ impl JetStreamLog {
             replicas,
             writer_id: uuid::Uuid::new_v4().simple().to_string(),
             append_retry_window: options.append_retry_window,
-            cache: writable.then(|| Mutex::new(BatchCache::default())),
+            cache: (writable && options.batch_cache_bytes > 0)
+                .then(|| Mutex::new(BatchCache::new(options.batch_cache_bytes))),
             last_known: AtomicU64::new(0),
+            first_known: AtomicU64::new(1),
             runtime: Some(runtime),
         });
         let writer = if writable {
@@ -1381,9 +1413,9 @@ impl EventLog for JetStreamLog {
         match self.shared.get(locator.offset)? {
             Some(message) => Ok(self.shared.records(&message)?.1),
             None => {
-                let state = self.shared.stream_state()?;
+                let (first_lsn, _, _, state) = self.shared.ends()?;
                 if locator.offset < state.first_sequence {
-                    Err(self.shared.compacted(1, self.first_lsn()))
+                    Err(self.shared.compacted(1, first_lsn))
                 } else {
                     Err(Error::PositionNotFound {
                         store: self.shared.name.clone(),
@@ -1408,7 +1440,11 @@ impl EventLog for JetStreamLog {
 
     fn first_lsn(&self) -> Lsn {
         match &self.writer {
-            Some(writer) => writer.lock().first_lsn,
+            // Another writer may have compacted since this one did.
+            Some(writer) => writer
+                .lock()
+                .first_lsn
+                .max(self.shared.first_known.load(Ordering::Acquire)),
             None => self
                 .shared
                 .ends()
@@ -1436,8 +1472,11 @@ impl EventLog for JetStreamLog {
     fn drop_before(&self, lsn: Lsn) -> Result<Dropped> {
         let writer = self.writer("compact")?;
         let mut writer_state = writer.lock();
-        let state = self.shared.stream_state()?;
-        let keep = if lsn >= writer_state.next_lsn {
+        // The stream's end, not this writer's: other writers may have
+        // appended after what it knows, and only the last batch the stream
+        // holds may be kept for an LSN at or past the end.
+        let (_, next_lsn, _, state) = self.shared.ends()?;
+        let keep = if lsn >= next_lsn {
             state.last_sequence
         } else {
             match self.shared.find(lsn, &state)? {
@@ -1458,10 +1497,15 @@ impl EventLog for JetStreamLog {
             }
             if let Some(head) = self.shared.head_at(keep)? {
                 writer_state.first_lsn = head.first_lsn;
+                self.shared
+                    .first_known
+                    .fetch_max(head.first_lsn, Ordering::AcqRel);
             }
         }
         Ok(Dropped {
-            first_lsn: writer_state.first_lsn,
+            first_lsn: writer_state
+                .first_lsn
+                .max(self.shared.first_known.load(Ordering::Acquire)),
             removed: Vec::new(),
         })
     }
@@ -1481,7 +1525,9 @@ impl EventLog for JetStreamLog {
             let writer = writer.lock();
             // Past this writer's end: other writers may have appended.
             (lsn <= writer.next_lsn).then_some((
-                writer.first_lsn,
+                writer
+                    .first_lsn
+                    .max(self.shared.first_known.load(Ordering::Acquire)),
                 writer.next_lsn,
                 writer.last_chain,
             ))
@@ -1711,7 +1757,7 @@ mod tests {
                 payload: vec![0; bytes],
             }]
         };
-        let mut cache = BatchCache::default();
+        let mut cache = BatchCache::new(BATCH_CACHE_BYTES);
         let quarter = BATCH_CACHE_BYTES / 4;
         for sequence in 1..=6 {
             cache.insert(sequence, batch(sequence, quarter));

@@ -160,9 +160,9 @@ impl SnapshotBucket {
         };
         let create = self.create;
         let found = self.shared.block(async move {
-            loop {
+            let bucket = loop {
                 match context.get_object_store(&name).await {
-                    Ok(bucket) => return Ok(Some(bucket)),
+                    Ok(bucket) => break bucket,
                     Err(error) => {
                         if !stream_missing(&error) {
                             return Err(format!("bucket {name}: {error}"));
@@ -173,12 +173,39 @@ impl SnapshotBucket {
                     }
                 }
                 match context.create_object_store(config.clone()).await {
-                    Ok(bucket) => return Ok(Some(bucket)),
+                    Ok(bucket) => break bucket,
                     // Another host created it meanwhile: look it up again.
                     Err(error) if stream_exists(&error) => {}
                     Err(error) => return Err(format!("creating bucket {name}: {error}")),
                 }
+            };
+            if !create {
+                return Ok(Some(bucket));
             }
+            // The object store creates its stream with direct gets, which
+            // any replica answers, also one that has not stored the newest
+            // snapshot yet: a snapshot just written could be "not found"
+            // (by its own writer reading it back, or by a host opening
+            // from it). Without them, reads go to the stream's leader.
+            let stream_name = format!("OBJ_{name}");
+            let stream = context
+                .get_stream(&stream_name)
+                .await
+                .map_err(|error| format!("bucket {name}: {error}"))?;
+            let mut stream_config = stream.cached_info().config.clone();
+            if !stream_config.allow_direct {
+                return Ok(Some(bucket));
+            }
+            stream_config.allow_direct = false;
+            context
+                .update_stream(stream_config)
+                .await
+                .map_err(|error| format!("bucket {name}: turning direct gets off: {error}"))?;
+            context
+                .get_object_store(&name)
+                .await
+                .map(Some)
+                .map_err(|error| format!("bucket {name}: {error}"))
         });
         let found = found.map_err(io::Error::other)?;
         slot.clone_from(&found);

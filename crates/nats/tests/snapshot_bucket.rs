@@ -260,3 +260,73 @@ fn foreign_and_edited_snapshot_objects_are_skipped() {
     // A read-only store takes no snapshot.
     assert!(matches!(follower.snapshot(), Err(Error::ReadOnly { .. })));
 }
+
+/// Whether the bucket `bucket`'s stream answers direct gets (any replica
+/// may answer them, also one that has not stored the newest object yet).
+fn bucket_allows_direct_gets(cluster: &Cluster, bucket: &str) -> bool {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let address = format!("127.0.0.1:{}", cluster.nodes[0].port);
+    let stream = format!("OBJ_{bucket}");
+    runtime.block_on(async move {
+        let client = async_nats::connect(address).await.unwrap();
+        let jetstream = async_nats::jetstream::new(client);
+        let stream = jetstream.get_stream(&stream).await.unwrap();
+        stream.cached_info().config.allow_direct
+    })
+}
+
+/// Snapshot objects are read from the bucket stream's leader, never by a
+/// direct get a lagging replica may answer "not found" (a snapshot just
+/// written, read back by its writer or by a host opening from it): a
+/// writer turns direct gets off, also on a bucket made with them on.
+#[test]
+fn snapshot_objects_are_read_from_the_leader() {
+    let Some(cluster) = Cluster::start(1) else {
+        return;
+    };
+    // A bucket as the object store API makes one: direct gets on.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let address = format!("127.0.0.1:{}", cluster.nodes[0].port);
+    runtime.block_on(async move {
+        let client = async_nats::connect(address).await.unwrap();
+        let jetstream = async_nats::jetstream::new(client);
+        jetstream
+            .create_object_store(async_nats::jetstream::object_store::Config {
+                bucket: "convlog-made".to_string(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    });
+    assert!(bucket_allows_direct_gets(&cluster, "convlog-made"));
+    for store in ["made", "new"] {
+        let writer = convlog_nats::open_store_shared(
+            &cluster.url(store),
+            StoreOptions::new(),
+            nats_options(1),
+        )
+        .unwrap();
+        assert!(
+            !bucket_allows_direct_gets(&cluster, &format!("convlog-{store}")),
+            "{store}"
+        );
+        chat(&writer, "a", 0, 3);
+        assert_eq!(writer.snapshot().unwrap().lsn, 4);
+        let reader = convlog_nats::open_store_shared_read_only(
+            &cluster.url(store),
+            StoreOptions::new(),
+            nats_options(1),
+        )
+        .unwrap();
+        assert_eq!(
+            reader.open_report().snapshot.as_ref().map(|(_, lsn)| *lsn),
+            Some(4)
+        );
+    }
+}

@@ -382,7 +382,7 @@ impl Log {
                 return Err(Error::InvalidOption {
                     option: "LogOptions::tamper",
                     reason: format!(
-                        "store {} is tamper-evident (format version {}): only a writer with its key may append; give the key file (`--key` on the command line)",
+                        "store {} is tamper-evident (format version {}): only a writer with its key may append; open it with its tamper key file (`LogOptions::tamper`; on the command line `--tamper-key KEYFILE` or `CONVLOG_TAMPER_KEY_FILE`)",
                         dir.display(),
                         format::FORMAT_VERSION_KEYED
                     ),

@@ -13,6 +13,7 @@ pub fn erase(
     conversation: &str,
     key_file: Option<&Path>,
     by: &str,
+    tamper: &crate::tamper::WriterArgs,
 ) -> Result<(), Failure> {
     existing_store(dir)?;
     let Some(key) = store_key(key_file)? else {
@@ -20,8 +21,13 @@ pub fn erase(
             "erase needs the store key: pass --key FILE or set {KEY_FILE_ENV}"
         )));
     };
-    let store = open_store(dir, StoreOptions::new().encryption(Some(key)))?;
+    let options = StoreOptions::new()
+        .encryption(Some(key))
+        .tamper(tamper.options()?);
+    let store = open_store(dir, options)?;
     let report = store.erase(conversation, by)?;
+    // The erasure event is signed like any append: a checkpoint covering it.
+    tamper.finish(&store)?;
     match (report.erasure, report.lsn) {
         (Some(erasure), Some(lsn)) => print_json(&serde_json::json!({
             "erased": erasure.conversation_id,

@@ -176,11 +176,13 @@ enum Command {
         #[arg(long, value_name = "ID")]
         conversation: String,
         /// The store key file (default: $CONVLOG_KEY_FILE).
-        #[arg(long, value_name = "FILE")]
-        key: Option<PathBuf>,
+        #[arg(long = "key", value_name = "FILE")]
+        store_key: Option<PathBuf>,
         /// Who asks for the erasure (recorded in the log's erasure event).
         #[arg(long, value_name = "WHO", default_value = "convlog erase")]
         by: String,
+        #[command(flatten)]
+        tamper: tamper::WriterArgs,
     },
     /// Print counters of a store: segments, LSN range, conversations,
     /// snapshot, index size.
@@ -496,9 +498,10 @@ fn run(command: Command) -> Result<(), shell::Failure> {
         Command::Erase {
             store,
             conversation,
-            key,
+            store_key,
             by,
-        } => erase::erase(&store, &conversation, key.as_deref(), &by),
+            tamper,
+        } => erase::erase(&store, &conversation, store_key.as_deref(), &by, &tamper),
         Command::Backup { store, dest } => backup::backup(&store, &dest),
         Command::Inspect {
             store,
@@ -766,5 +769,17 @@ fn durability_of(durability: DurabilityArg, interval_ms: Option<u64>) -> convlog
             interval_ms.unwrap_or(append::PERIODIC_INTERVAL_MS_DEFAULT),
         )),
         DurabilityArg::None => convlog::Durability::None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap checks a command's definition only when that command is parsed
+    /// (two arguments of `erase` once shared an id, and `convlog erase`
+    /// panicked); this checks every command's at once.
+    #[test]
+    fn every_command_line_definition_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
     }
 }

@@ -279,3 +279,97 @@ fn append_and_snapshot_write_a_tamper_evident_store_with_the_key_and_sign_checkp
     let output = run_with_env(&args, b"", &[]);
     assert!(output.status.success(), "{}", stderr(&output));
 }
+
+/// `convlog erase` writes an erasure event, so on a store both encrypted and
+/// tamper-evident it needs the tamper key like any writer: without it the
+/// error names the flag and the variable that give it; with `--tamper-key`
+/// and `--checkpoint` the erasure is appended, signed, and verifies.
+#[test]
+fn erase_on_a_tamper_evident_encrypted_store_takes_the_tamper_key_and_signs_the_erasure() {
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("audit.key");
+    let store_key = keys.path().join("store.key");
+    assert!(run_convlog(&["keygen", path_arg(&key)], b"")
+        .status
+        .success());
+    assert!(
+        run_convlog(&["keygen", "--encryption", path_arg(&store_key)], b"")
+            .status
+            .success()
+    );
+    let head = keys.path().join("store.head");
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let encrypted = [("CONVLOG_KEY_FILE", store_key.as_path())];
+    let args = [
+        "append",
+        path_arg(&store),
+        "--tamper-key",
+        path_arg(&key),
+        "--checkpoint",
+        path_arg(&head),
+    ];
+    let output = run_with_env(&args, &lines(0, 2), &encrypted);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(convlog::tamper::Checkpoint::load(&head).unwrap().lsn, 4);
+
+    // Without the tamper key: refused, nothing written, and told how.
+    let erase = ["erase", path_arg(&store), "--conversation", "c0"];
+    let output = run_with_env(&erase, b"", &encrypted);
+    assert_eq!(output.status.code(), Some(1));
+    let said = stderr(&output);
+    assert!(said.contains("is tamper-evident"), "{said}");
+    assert!(
+        said.contains("--tamper-key") && said.contains("CONVLOG_TAMPER_KEY_FILE"),
+        "the error names the tamper key's flag and variable: {said}"
+    );
+    let output = run_with_env(
+        &[
+            "export",
+            path_arg(&store),
+            "--conversation",
+            "c0",
+            "--format",
+            "jsonl",
+        ],
+        b"",
+        &encrypted,
+    );
+    assert!(
+        output.status.success(),
+        "c0 is still readable: {}",
+        stderr(&output)
+    );
+
+    // With it: erased, and the erasure is covered by a new checkpoint.
+    let mut args = erase.to_vec();
+    args.extend([
+        "--tamper-key",
+        path_arg(&key),
+        "--checkpoint",
+        path_arg(&head),
+    ]);
+    let output = run_with_env(&args, b"", &encrypted);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("\"erased\": \"c0\""),
+        "{}",
+        stdout(&output)
+    );
+    assert_eq!(convlog::tamper::Checkpoint::load(&head).unwrap().lsn, 5);
+    let args = [
+        "verify",
+        path_arg(&store),
+        "--key",
+        path_arg(&key),
+        "--head",
+        path_arg(&head),
+    ];
+    let output = run_with_env(&args, b"", &encrypted);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains("LSN 5: signature ok"),
+        "{}",
+        stdout(&output)
+    );
+}

@@ -251,11 +251,15 @@ pub fn write_sealed_overview_text(
 ) -> io::Result<()> {
     writeln!(out, "store {}", overview.store)?;
     writeln!(out, "  note: {}", overview.note)?;
+    // Written as the other audit views write a range: inclusive.
+    let range = if overview.next_lsn > overview.first_lsn {
+        format!("LSN {}..={}", overview.first_lsn, overview.next_lsn - 1)
+    } else {
+        format!("empty (the next LSN is {})", overview.next_lsn)
+    };
     writeln!(
         out,
-        "  log: LSN {}..{} ({}), {} without a conversation",
-        overview.first_lsn,
-        overview.next_lsn,
+        "  log: {range} ({}), {} without a conversation",
         plural(
             overview.next_lsn.saturating_sub(overview.first_lsn) as usize,
             "event",

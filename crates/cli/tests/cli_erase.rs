@@ -151,6 +151,8 @@ fn audit_views_and_dump_read_an_encrypted_store_with_its_key_and_its_structure_w
         text.contains("structure only") && text.contains("kept") && text.contains("sealed"),
         "{text}"
     );
+    // The log's range is inclusive, as in every other audit view.
+    assert!(text.contains("log: LSN 1..="), "{text}");
     assert!(
         text.contains("1 erased conversation") && text.contains("gone"),
         "{text}"

@@ -683,3 +683,71 @@ fn frames_an_fsync_made_durable_are_acknowledged_though_the_next_write_failed() 
     payloads[1..].sort();
     assert_eq!(payloads, [b"a".to_vec(), b"x".to_vec(), b"y".to_vec()]);
 }
+
+/// Durable appenders parked behind an fsync wait together on their pending
+/// buffer's gate, and the gate follows the buffer: here a `None` appender
+/// with a lower LSN leads the next commit and only writes the buffer, so
+/// the group's frames are written but not durable. Each `Group` appender
+/// must still return only once its frame is durable, and none may be left
+/// parked: the next fsync (led by the group's first appender) opens the
+/// gate. A gate lost on the way would hang this test.
+#[test]
+fn a_group_written_by_a_none_leader_is_acknowledged_by_the_next_fsync() {
+    const GROUP: u64 = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let options = LogOptions::new().storage(Arc::new(common::Hooked(GatedSync {
+        gate: Arc::clone(&gate),
+    })));
+    let log = Arc::new(Log::open(dir.path(), options).unwrap());
+    let before = log.writer_stats();
+    let append = |payload: Vec<u8>, durability: Durability| {
+        let log = Arc::clone(&log);
+        std::thread::spawn(move || {
+            let lsns = log.append_with(&[payload], durability).unwrap();
+            // Read at once: a `Group` append returns durable or not at all.
+            (lsns, log.durable_lsn())
+        })
+    };
+    let wait_for_frames = |count: u64| {
+        while log.writer_stats().frames - before.frames < count {
+            std::thread::yield_now();
+        }
+    };
+    // The first appender's fsync is held at the gate.
+    gate.set_armed(true);
+    let first = append(b"first".to_vec(), Durability::Group);
+    gate.wait_until(|&(_, waiting)| waiting == 1);
+    // Behind it: a `None` appender (the lowest LSN waiting), then a group.
+    let none = append(b"none".to_vec(), Durability::None);
+    wait_for_frames(2);
+    let group: Vec<_> = (0..GROUP)
+        .map(|index| {
+            let thread = append(format!("group {index}").into_bytes(), Durability::Group);
+            wait_for_frames(3 + index);
+            thread
+        })
+        .collect();
+    gate.set_armed(false);
+    let (lsns, durable) = first.join().unwrap();
+    assert!(durable >= lsns.end);
+    assert_eq!(none.join().unwrap().0, 2..3);
+    let mut acknowledged = Vec::new();
+    for thread in group {
+        let (lsns, durable) = thread.join().unwrap();
+        assert!(
+            durable >= lsns.end,
+            "a Group append at {lsns:?} returned with durable LSN {durable}"
+        );
+        acknowledged.push(lsns.start);
+    }
+    acknowledged.sort_unstable();
+    assert_eq!(acknowledged, (3..3 + GROUP).collect::<Vec<_>>());
+    let stats = log.writer_stats();
+    assert_eq!(
+        (stats.writes - before.writes, stats.syncs - before.syncs),
+        (2, 2),
+        "the first append's write and fsync, then the `None` leader's write of \
+         the rest, then one fsync for the group: {stats:?}"
+    );
+}

@@ -14,10 +14,18 @@
 //! completes, it wakes exactly the waiters whose frames became written
 //! (`None`, `Periodic`) or durable (`Sync`, `Group`), and, once no I/O is in
 //! flight, the waiter with the lowest LSN still to commit, who leads the next
-//! group. Nobody else is woken, so a commit cycle costs one wake-up per
-//! appender it completes and one for the next leader, whatever the number
-//! of threads waiting. The wake-ups are issued after the mutex is released,
-//! the next leader's first.
+//! group. Nobody else is woken. The wake-ups are issued after the mutex is
+//! released, the next leader's first.
+//!
+//! Durable appenders whose frames share a pending buffer form a *cohort*:
+//! the first of them to park waits on its own parker as above (it is the
+//! cohort's representative, which may be chosen to lead), the others park
+//! together on the cohort's [`Gate`]. The gate moves with the buffer (taken
+//! by the leader that writes it, then waiting for the fdatasync that covers
+//! it) and is opened once, when that fdatasync completes: one futex wake
+//! for the whole cohort instead of one per appender, and the members
+//! return without retaking the mutex. After a poisoning every gate opens
+//! with the instruction to look again under the mutex.
 //!
 //! A failed write or fsync poisons the writer: it acknowledges nothing more,
 //! and once no I/O is in flight it truncates the active segment back to the
@@ -28,7 +36,7 @@
 //! durable frames.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -85,6 +93,19 @@ struct State {
     waiters: Vec<Waiter>,
     /// Parkers to wake once the mutex is released (the next leader first).
     to_wake: Vec<Arc<Parker>>,
+    /// Gates opened under the mutex, whose members are woken once it is
+    /// released.
+    to_open: Vec<Arc<Gate>>,
+    /// The cohort of the durable appenders whose frames are in `pending`:
+    /// its gate and how many joined it (its representative, which parks on
+    /// its own parker, not counted). Taken with the buffer.
+    pending_cohort: Cohort,
+    /// Whether the pending cohort has its representative, parked in
+    /// `waiters` (reset when the buffer is taken).
+    pending_represented: bool,
+    /// Cohorts whose frames are written but not yet durable: opened by the
+    /// next fdatasync that completes.
+    unsynced: Vec<Cohort>,
     /// Appenders the last commit cycle released (its leader and the waiters
     /// it completed): the ones likely to append again at once.
     released: usize,
@@ -153,11 +174,130 @@ thread_local! {
     });
 }
 
-/// Wakes `parkers` in order (call without the writer's mutex held).
-fn wake_all(parkers: Vec<Arc<Parker>>) {
+/// Wakes `parkers` in order, then every member of `gates` (call without
+/// the writer's mutex held).
+fn wake_all((parkers, gates): Wakes) {
     for parker in parkers {
         parker.wake();
     }
+    for gate in gates {
+        gate.wake_members();
+    }
+}
+
+/// Who to wake once the writer's mutex is released: parkers (the next
+/// leader first) and opened gates.
+type Wakes = (Vec<Arc<Parker>>, Vec<Arc<Gate>>);
+
+/// Takes what is queued to be woken, to deliver with `wake_all` once the
+/// mutex is released.
+fn take_wakes(state: &mut State) -> Wakes {
+    (
+        std::mem::take(&mut state.to_wake),
+        std::mem::take(&mut state.to_open),
+    )
+}
+
+/// A cohort's gate is still closed.
+const GATE_CLOSED: u32 = 0;
+/// Opened: every frame of the cohort is durable; its members return.
+const GATE_DURABLE: u32 = 1;
+/// Opened after a poisoning: each member looks again under the mutex.
+const GATE_LOOK_AGAIN: u32 = 2;
+
+/// The wake-up word a cohort of durable appenders parks on together (see
+/// the module docs). Opened once; never joined after it is opened.
+struct Gate {
+    outcome: AtomicU32,
+    #[cfg(not(target_os = "linux"))]
+    opened: (std::sync::Mutex<()>, std::sync::Condvar),
+}
+
+impl Gate {
+    fn new() -> Arc<Gate> {
+        Arc::new(Gate {
+            outcome: AtomicU32::new(GATE_CLOSED),
+            #[cfg(not(target_os = "linux"))]
+            opened: Default::default(),
+        })
+    }
+
+    /// Sets the outcome (under the writer's mutex; members that look now
+    /// see it without waiting).
+    fn open(&self, outcome: u32) {
+        debug_assert_ne!(outcome, GATE_CLOSED);
+        self.outcome.store(outcome, Ordering::Release);
+    }
+
+    /// Blocks until the gate is opened; returns its outcome.
+    fn wait(&self) -> u32 {
+        loop {
+            let outcome = self.outcome.load(Ordering::Acquire);
+            if outcome != GATE_CLOSED {
+                return outcome;
+            }
+            #[cfg(target_os = "linux")]
+            {
+                use rustix::thread::futex;
+                // Returns at once if the word changed meanwhile; a signal
+                // or a spurious wake-up just looks again.
+                match futex::wait(&self.outcome, futex::Flags::PRIVATE, GATE_CLOSED, None) {
+                    Ok(()) | Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {}
+                    // Not expected from a futex wait on a valid word: never
+                    // spin on it.
+                    Err(_) => std::thread::yield_now(),
+                }
+            }
+            #[cfg(not(target_os = "linux"))]
+            {
+                let (lock, opened) = &self.opened;
+                let guard = lock.lock().unwrap_or_else(|poison| poison.into_inner());
+                if self.outcome.load(Ordering::Acquire) == GATE_CLOSED {
+                    drop(opened.wait(guard));
+                }
+            }
+        }
+    }
+
+    /// Wakes every member at once (after `open`, without the writer's
+    /// mutex): on Linux one `FUTEX_WAKE` for all of them.
+    fn wake_members(&self) {
+        #[cfg(target_os = "linux")]
+        {
+            use rustix::thread::futex;
+            let _ = futex::wake(&self.outcome, futex::Flags::PRIVATE, i32::MAX as u32);
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let (lock, opened) = &self.opened;
+            drop(lock.lock().unwrap_or_else(|poison| poison.into_inner()));
+            opened.notify_all();
+        }
+    }
+}
+
+/// A gate and how many appenders parked on it.
+struct Cohort {
+    gate: Arc<Gate>,
+    members: usize,
+}
+
+impl Cohort {
+    fn new() -> Cohort {
+        Cohort {
+            gate: Gate::new(),
+            members: 0,
+        }
+    }
+}
+
+/// What `append_locked` leaves its caller to do.
+enum Appended {
+    /// The append is complete (acknowledged).
+    Done(std::ops::Range<Lsn>, Position),
+    /// The frame is encoded and its appender joined a cohort: wait on its
+    /// gate once the mutex is released.
+    Joined(Arc<Gate>, std::ops::Range<Lsn>, Position, Commit),
 }
 
 /// Where a tamper-evident log's chain stands: the digest after the last
@@ -225,6 +365,10 @@ impl Writer {
                 stats: WriterStats::default(),
                 waiters: Vec::new(),
                 to_wake: Vec::new(),
+                to_open: Vec::new(),
+                pending_cohort: Cohort::new(),
+                pending_represented: false,
+                unsynced: Vec::new(),
                 released: 0,
                 arrivals: 0,
                 last_sync: Duration::ZERO,
@@ -290,10 +434,25 @@ impl Writer {
         };
         let mut state = self.state.lock();
         let result = self.append_locked(&mut state, payloads, frame_bytes, events, durability);
-        let wake = std::mem::take(&mut state.to_wake);
+        let wake = take_wakes(&mut state);
         drop(state);
         wake_all(wake);
-        result
+        match result? {
+            Appended::Done(lsns, position) => Ok((lsns, position)),
+            Appended::Joined(gate, lsns, position, commit) => {
+                if gate.wait() == GATE_DURABLE {
+                    // The gate opens so only once every frame of the cohort
+                    // is durable: nothing is left to check under the mutex.
+                    return Ok((lsns, position));
+                }
+                let mut state = self.state.lock();
+                let result = self.wait_for(&mut state, lsns.end, commit);
+                let wake = take_wakes(&mut state);
+                drop(state);
+                wake_all(wake);
+                result.map(|()| (lsns, position))
+            }
+        }
     }
 
     fn append_locked<P: AsRef<[u8]>>(
@@ -303,7 +462,7 @@ impl Writer {
         frame_bytes: u64,
         events: Option<crate::tamper::Digest>,
         durability: Durability,
-    ) -> Result<(std::ops::Range<Lsn>, Position)> {
+    ) -> Result<Appended> {
         self.check_poison(state)?;
         if self.needs_roll(state, frame_bytes) {
             self.roll(state, frame_bytes)?;
@@ -364,8 +523,20 @@ impl Writer {
             Durability::Group => Commit::DurableGroup,
             Durability::Periodic(_) | Durability::None => Commit::Written,
         };
+        if commit != Commit::Written && (state.writing || state.syncing) {
+            // Durable, and someone else's I/O is in flight: this frame waits
+            // at least for the next commit. The cohort's first appender
+            // parks on its own (it may be asked to lead); the others join
+            // the gate.
+            if state.pending_represented {
+                state.pending_cohort.members += 1;
+                let gate = Arc::clone(&state.pending_cohort.gate);
+                return Ok(Appended::Joined(gate, first_lsn..end_lsn, position, commit));
+            }
+            state.pending_represented = true;
+        }
         self.wait_for(state, end_lsn, commit)?;
-        Ok((first_lsn..end_lsn, position))
+        Ok(Appended::Done(first_lsn..end_lsn, position))
     }
 
     /// A tamper-evident log's head: the last LSN appended (0 if none) and
@@ -392,7 +563,7 @@ impl Writer {
             let end_lsn = state.next_lsn;
             self.wait_for(&mut state, end_lsn, Commit::Durable)
         });
-        let wake = std::mem::take(&mut state.to_wake);
+        let wake = take_wakes(&mut state);
         drop(state);
         wake_all(wake);
         result
@@ -493,7 +664,7 @@ impl Writer {
             wait_for,
             parker: Arc::clone(&parker),
         });
-        let wake = std::mem::take(&mut state.to_wake);
+        let wake = take_wakes(state);
         MutexGuard::unlocked(state, || {
             wake_all(wake);
             // Whoever wakes this thread has removed its entry first.
@@ -509,6 +680,8 @@ impl Writer {
     fn lead(&self, state: &mut MutexGuard<'_, State>, commit: Commit) {
         debug_assert!(!state.writing && !state.syncing);
         let durable = commit != Commit::Written;
+        // Members of the cohorts this cycle made durable.
+        let mut opened = 0;
         if !state.pending.is_empty() {
             state.writing = true;
             if commit == Commit::DurableGroup && state.arrivals < state.released {
@@ -516,6 +689,7 @@ impl Writer {
             }
             let spare = std::mem::take(&mut state.spare);
             let buffer = std::mem::replace(&mut state.pending, spare);
+            let cohort = self.take_pending_cohort(state);
             let offset = state.written_bytes;
             let end_lsn = state.next_lsn;
             let file = Arc::clone(&state.active_file);
@@ -536,6 +710,9 @@ impl Writer {
             });
             state.writing = false;
             state.stats.writes += 1;
+            // Written or not, the cohort waits for an fdatasync now (after a
+            // failed write, for the poisoning to open its gate).
+            state.unsynced.extend(cohort);
             match result {
                 Ok(()) => {
                     state.written_bytes = offset + buffer.len() as u64;
@@ -554,7 +731,9 @@ impl Writer {
             // Appenders that only wait for the write need not wait for the
             // fsync too (the fsync in flight keeps anyone from leading).
             self.collect_wakes(state);
-            let wake = std::mem::take(&mut state.to_wake);
+            let wake = take_wakes(state);
+            // Every cohort written so far: this fdatasync covers them.
+            let covered = std::mem::take(&mut state.unsynced);
             let target_bytes = state.written_bytes;
             let target_lsn = state.written_lsn;
             let file = Arc::clone(&state.active_file);
@@ -574,11 +753,16 @@ impl Writer {
                         state.durable_lsn = target_lsn;
                         state.durable_bytes = target_bytes;
                     }
+                    opened += open_cohorts(state, covered, GATE_DURABLE);
                 }
-                Err(error) => self.poison(state, "fdatasync", &error),
+                Err(error) => {
+                    // Opened below with the poisoning, with every other gate.
+                    state.unsynced.extend(covered);
+                    self.poison(state, "fdatasync", &error);
+                }
             }
         }
-        let completed = self.after_io(state);
+        let completed = self.after_io(state) + opened;
         // The cycle is over: its leader and the waiters it completed are
         // released, and may append again at once.
         state.released = 1 + completed;
@@ -619,7 +803,7 @@ impl Writer {
         let parker = PARKER.with(Arc::clone);
         parker.notified.store(false, Ordering::Relaxed);
         state.filling = Some((state.released, Arc::clone(&parker)));
-        let wake = std::mem::take(&mut state.to_wake);
+        let wake = take_wakes(state);
         MutexGuard::unlocked(state, || {
             wake_all(wake);
             while !parker.notified.load(Ordering::Acquire) {
@@ -686,6 +870,13 @@ impl Writer {
             }
             index += 1;
         }
+        if poisoned {
+            // Every appender on a gate looks again under the mutex, where
+            // the poisoning decides (see `wait_for`).
+            let pending = self.take_pending_cohort(state);
+            let cohorts: Vec<Cohort> = state.unsynced.drain(..).chain(pending).collect();
+            ready_count += open_cohorts(state, cohorts, GATE_LOOK_AGAIN);
+        }
         if idle && !poisoned {
             if let Some((_, index)) = next_leader {
                 let waiter = state.waiters.swap_remove(index);
@@ -693,6 +884,19 @@ impl Writer {
             }
         }
         ready_count
+    }
+
+    /// Takes the pending buffer's cohort (with the buffer: its frames go
+    /// wherever the buffer goes) and starts a new one; `None` if nobody
+    /// joined it.
+    fn take_pending_cohort(&self, state: &mut State) -> Option<Cohort> {
+        state.pending_represented = false;
+        if state.pending_cohort.members == 0 {
+            // Nobody waits on its gate: it stays the pending one (a lone
+            // appender's commits allocate nothing).
+            return None;
+        }
+        Some(std::mem::replace(&mut state.pending_cohort, Cohort::new()))
     }
 
     fn poison(&self, state: &mut State, operation: &str, error: &std::io::Error) {
@@ -778,6 +982,8 @@ impl Writer {
         let file = Arc::clone(&state.active_file);
         if !state.pending.is_empty() {
             let buffer = std::mem::take(&mut state.pending);
+            let cohort = self.take_pending_cohort(state);
+            state.unsynced.extend(cohort);
             state.stats.writes += 1;
             if let Err(error) = file.write_all_at(&buffer, state.written_bytes) {
                 return self.fail_under_lock(state, "write to", &error);
@@ -795,6 +1001,9 @@ impl Writer {
             state.durable_lsn = state.written_lsn;
             state.durable_bytes = state.written_bytes;
         }
+        // Everything written is durable: so is every cohort waiting for it.
+        let covered = std::mem::take(&mut state.unsynced);
+        open_cohorts(state, covered, GATE_DURABLE);
         // The segment is sealed only once its file ends at its last frame.
         if let Err(error) = segment::trim_to_data(file.as_ref(), state.written_bytes) {
             return self.fail_under_lock(state, "cut the preallocated space of", &error);
@@ -849,6 +1058,22 @@ impl Writer {
     pub(crate) fn storage(&self) -> &dyn Storage {
         self.storage.as_ref()
     }
+}
+
+/// Opens the gates of `cohorts` with `outcome` and queues their members'
+/// wake-up; returns how many members they had.
+fn open_cohorts(
+    state: &mut State,
+    cohorts: impl IntoIterator<Item = Cohort>,
+    outcome: u32,
+) -> usize {
+    let mut members = 0;
+    for cohort in cohorts {
+        cohort.gate.open(outcome);
+        members += cohort.members;
+        state.to_open.push(cohort.gate);
+    }
+    members
 }
 
 /// The active segment `file` as the writer writes it: its space allocated

@@ -5,6 +5,11 @@
 //! by hand (`cargo bench -p convlog-server --bench server_load`); results
 //! in docs/performance.md. Every loop is bounded in count, and the whole
 //! run in time.
+//!
+//! `SERVER_LOAD_SERVE_SECONDS=N` instead serves the same contexts for N
+//! seconds (at most `RUN_LIMIT`) without generating load, for a load
+//! generator in another process (`wrk`, docs/performance.md); it prints
+//! the URL, then the server's CPU time per append it served.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -176,6 +181,37 @@ fn in_process(dir: &std::path::Path, round: usize) -> (f64, Vec<Duration>) {
     (all.len() as f64 / elapsed, all)
 }
 
+/// Serves for `duration` while another process generates the load; then
+/// prints how many appends the server acknowledged and the process's CPU
+/// time per append (the process is the server alone: this runtime's client
+/// is idle meanwhile).
+async fn serve_only(url: &str, duration: Duration, client: &reqwest::Client) {
+    let appended = || async {
+        let metrics = client.get(format!("{url}/metrics")).send().await.unwrap();
+        let text = metrics.text().await.unwrap();
+        text.lines()
+            .filter(|line| line.starts_with("convlog_store_appends_total "))
+            .filter_map(|line| line.split_whitespace().last()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    println!(
+        "serving {url} for {} s (token load-token, contexts ctx_0..ctx_{})",
+        duration.as_secs(),
+        CONNECTIONS - 1
+    );
+    let (before, cpu) = (appended().await, process_cpu());
+    tokio::time::sleep(duration).await;
+    let (after, cpu) = (appended().await, process_cpu() - cpu);
+    let appends = after - before;
+    println!(
+        "served {appends:.0} appends, server CPU {:.0} us/append, load: {}",
+        cpu.as_secs_f64() * 1e6 / appends.max(1.0),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+}
+
 fn main() {
     // The server on a runtime of its own (threads `server-*`), the load
     // generator on another (`client-*`): a profile (`perf report --sort
@@ -214,6 +250,13 @@ fn main() {
             assert_eq!(response.status(), 201);
         }
         println!("load: {}", std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim());
+        if let Some(seconds) = std::env::var("SERVER_LOAD_SERVE_SECONDS")
+            .ok()
+            .and_then(|seconds| seconds.parse::<u64>().ok())
+        {
+            serve_only(&url, Duration::from_secs(seconds).min(RUN_LIMIT), &client).await;
+            return;
+        }
         println!("round | HTTP appends/s | p50 | p99 | CPU us/append | in-process Group appends/s | p50 | p99 | CPU us/append | ratio | /chat turns/s | p50 | p99");
         let rounds = std::env::var("SERVER_LOAD_ROUNDS")
             .ok()

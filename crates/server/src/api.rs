@@ -176,9 +176,10 @@ pub struct ContextList {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AppendEventsRequest {
-    /// The events (`docs/events.md`), each of this context.
+    /// The events (`docs/events.md`), each of this context: kept as the
+    /// request's text, which the events' JSON form is parsed from once.
     #[schema(value_type = Vec<Object>)]
-    pub events: Vec<Value>,
+    pub events: Box<serde_json::value::RawValue>,
 }
 
 /// The LSNs an appended batch got.

@@ -969,24 +969,51 @@ pub async fn append_events(
     State(state): State<Arc<AppState>>,
     caller: Caller,
     Path(context_id): Path<String>,
-    ApiJson(request): ApiJson<AppendEventsRequest>,
+    request: Request,
 ) -> Result<Json<AppendEventsResponse>, ApiError> {
-    check_messages(request.events.len())?;
-    if request.events.is_empty() {
+    // The body is checked as JSON of the request's shape, but the events
+    // stay text: their JSON form is parsed once, into events, below (not
+    // into a JSON tree first, then written out and parsed again).
+    let bytes = axum::body::Bytes::from_request(request, &state)
+        .await
+        .map_err(|rejection| ApiError::new(rejection.status(), rejection.body_text()))?;
+    let request: AppendEventsRequest = serde_json::from_slice(&bytes).map_err(|error| {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("Invalid JSON body: {error}"),
+        )
+    })?;
+    let text = request.events.get();
+    let Some(items) = text.strip_prefix('[') else {
+        // Not an array: serde's own words for it, as for any other field.
+        let error = serde_json::from_str::<Vec<serde::de::IgnoredAny>>(text)
+            .err()
+            .map_or_else(
+                || "expected a sequence".to_string(),
+                |error| error.to_string(),
+            );
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("Invalid JSON body at events: {error}"),
+        ));
+    };
+    if items.trim_start().starts_with(']') {
         return Err(ApiError::bad_request(
             "events is empty: a batch needs at least one event",
         ));
     }
     blocking(move || {
         state.writable(&caller, &context_id)?;
-        let text = Value::Array(request.events).to_string();
         let store = Arc::clone(&state.store);
-        let events = convlog::json::parse_line(1, &text, &mut |conversation, evaluation| {
-            Ok(match store.conversation(conversation) {
-                Ok(slice) => slice.next_sequence(evaluation),
-                Err(_) => 0,
-            })
-        })?;
+        let events =
+            convlog::json::parse_line(1, request.events.get(), &mut |conversation, evaluation| {
+                Ok(match store.conversation(conversation) {
+                    Ok(slice) => slice.next_sequence(evaluation),
+                    Err(_) => 0,
+                })
+            })?;
+        // Counted once parsed, before anything is stored.
+        check_messages(events.len())?;
         for (index, event) in events.iter().enumerate() {
             if event.conversation_id() != Some(context_id.as_str()) {
                 return Err(ApiError::bad_request(format!(

@@ -813,6 +813,34 @@ async fn events_append_in_json_form_and_resume_and_export_read_them() {
         .post("/contexts/ctx_9/events", ALICE, json!({"events": []}))
         .await;
     assert_eq!(status, 400);
+    let (status, body) = server
+        .post(
+            "/contexts/ctx_9/events",
+            ALICE,
+            json!({"events": {"type": "conversation_recorded"}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        error(&body)
+            .starts_with("Invalid JSON body at events: invalid type: map, expected a sequence"),
+        "{body}"
+    );
+    // The events are parsed from the request's text as it came: a key
+    // given twice is refused, as `convlog append` refuses it, not settled
+    // silently by the last one.
+    let (status, body) = server
+        .post_text(
+            "/contexts/ctx_9/events",
+            ALICE,
+            r#"{"events": [{"type": "conversation_recorded", "conversation_id": "ctx_9", "entry": {"evaluation_id": "e", "role": "user", "content": "x", "content": "y"}}]}"#,
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        error(&body).contains("content") && error(&body).contains("given twice"),
+        "{body}"
+    );
     for path in [
         "/contexts/ctx_9/resume",
         "/contexts/ctx_9/export?format=openai",

@@ -147,12 +147,7 @@ fn concurrent_appends_of_every_durability_and_syncs_all_complete() {
 #[test]
 fn a_failed_fsync_wakes_and_refuses_every_appender_parked_behind_it() {
     const APPENDERS: u64 = 16;
-    let dir = tempfile::tempdir().unwrap();
-    let gate = Arc::new(Gate::default());
-    let options = LogOptions::new().storage(Arc::new(common::Hooked(GatedSync {
-        gate: Arc::clone(&gate),
-    })));
-    let log = Arc::new(Log::open(dir.path(), options).unwrap());
+    let (dir, gate, log) = gated_log();
     assert_eq!(log.append(&[b"durable"]).unwrap(), 1..2);
     let before = log.writer_stats();
     gate.set_armed(true);
@@ -197,6 +192,18 @@ fn a_failed_fsync_wakes_and_refuses_every_appender_parked_behind_it() {
 fn concurrent_sync_appends() {
     let options = LogOptions::new().durability(Durability::Sync);
     concurrent_appends(options, 4, 100);
+}
+
+/// A new log in a temporary directory (kept alive by the first value) on
+/// the gated storage, with its gate unarmed.
+fn gated_log() -> (tempfile::TempDir, Arc<Gate>, Arc<Log>) {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(Gate::default());
+    let options = LogOptions::new().storage(Arc::new(common::Hooked(GatedSync {
+        gate: Arc::clone(&gate),
+    })));
+    let log = Arc::new(Log::open(dir.path(), options).unwrap());
+    (dir, gate, log)
 }
 
 /// A storage whose segment fsyncs can be held at a gate: the test decides
@@ -313,12 +320,7 @@ impl common::FsHooks for GatedSync {
 #[test]
 fn group_commit_shares_fsyncs_between_concurrent_appenders() {
     const APPENDERS: u64 = 32;
-    let dir = tempfile::tempdir().unwrap();
-    let gate = Arc::new(Gate::default());
-    let options = LogOptions::new().storage(Arc::new(common::Hooked(GatedSync {
-        gate: Arc::clone(&gate),
-    })));
-    let log = Arc::new(Log::open(dir.path(), options).unwrap());
+    let (_dir, gate, log) = gated_log();
     let before = log.writer_stats();
     gate.set_armed(true);
     let append = |log: &Arc<Log>| {
@@ -634,12 +636,7 @@ fn a_failed_fsync_poisons_the_writer_and_what_it_refused_never_comes_back() {
 /// is held at a gate, so nothing depends on timing.
 #[test]
 fn frames_an_fsync_made_durable_are_acknowledged_though_the_next_write_failed() {
-    let dir = tempfile::tempdir().unwrap();
-    let gate = Arc::new(Gate::default());
-    let options = LogOptions::new().storage(Arc::new(common::Hooked(GatedSync {
-        gate: Arc::clone(&gate),
-    })));
-    let log = Arc::new(Log::open(dir.path(), options).unwrap());
+    let (dir, gate, log) = gated_log();
     let frames_before = log.writer_stats().frames;
     let append = |payload: &'static [u8], durability: Durability| {
         let log = Arc::clone(&log);
@@ -694,12 +691,7 @@ fn frames_an_fsync_made_durable_are_acknowledged_though_the_next_write_failed() 
 #[test]
 fn a_group_written_by_a_none_leader_is_acknowledged_by_the_next_fsync() {
     const GROUP: u64 = 8;
-    let dir = tempfile::tempdir().unwrap();
-    let gate = Arc::new(Gate::default());
-    let options = LogOptions::new().storage(Arc::new(common::Hooked(GatedSync {
-        gate: Arc::clone(&gate),
-    })));
-    let log = Arc::new(Log::open(dir.path(), options).unwrap());
+    let (_dir, gate, log) = gated_log();
     let before = log.writer_stats();
     let append = |payload: Vec<u8>, durability: Durability| {
         let log = Arc::clone(&log);

@@ -89,6 +89,16 @@ pub(crate) fn one_line(text: &str, max_chars: usize) -> String {
     cut(&defused, max_chars)
 }
 
+/// The width of the conversation-id column of a table of conversations:
+/// the widest id as shown (one line, at most 40 characters), at least the
+/// heading's.
+pub(crate) fn conversation_column_width<'a>(ids: impl Iterator<Item = &'a str>) -> usize {
+    ids.map(|id| one_line(id, 40).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("CONVERSATION".len())
+}
+
 /// `text` cut to `max_chars` characters, the last one an ellipsis when cut.
 pub(crate) fn cut(text: &str, max_chars: usize) -> String {
     if text.chars().count() <= max_chars {

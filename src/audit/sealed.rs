@@ -17,7 +17,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::format::{one_line, plural};
+use super::format::{conversation_column_width, one_line, plural};
 use crate::codec;
 use crate::erasure::{Erasure, ERASED_KIND, KEY_MADE_KIND, SEALED_KIND};
 use crate::error::Result;
@@ -293,13 +293,12 @@ pub fn write_sealed_overview_text(
     if overview.conversations.is_empty() {
         return Ok(());
     }
-    let id_width = overview
-        .conversations
-        .iter()
-        .map(|row| one_line(&row.conversation_id, 40).chars().count())
-        .max()
-        .unwrap_or(0)
-        .max("CONVERSATION".len());
+    let id_width = conversation_column_width(
+        overview
+            .conversations
+            .iter()
+            .map(|row| row.conversation_id.as_str()),
+    );
     writeln!(out)?;
     writeln!(
         out,

@@ -3,8 +3,8 @@
 use std::io::{self, Write};
 
 use super::format::{
-    clock, datetime, defuse_controls, first_line, format_duration_ms, model_failure_facts,
-    one_line, plural,
+    clock, conversation_column_width, datetime, defuse_controls, first_line, format_duration_ms,
+    model_failure_facts, one_line, plural,
 };
 use super::timeline::{
     CallCounts, CallView, EvaluationView, MessageView, ModelFailureView, StoreOverview, Timeline,
@@ -669,13 +669,12 @@ pub fn write_overview_text(
         return Ok(());
     }
     writeln!(out)?;
-    let id_width = overview
-        .conversations
-        .iter()
-        .map(|row| one_line(&row.conversation_id, 40).chars().count())
-        .max()
-        .unwrap_or(0)
-        .max("CONVERSATION".len());
+    let id_width = conversation_column_width(
+        overview
+            .conversations
+            .iter()
+            .map(|row| row.conversation_id.as_str()),
+    );
     writeln!(
         out,
         "{}",

@@ -26,7 +26,8 @@
 //!    chain (`LogOptions::tamper`), `Sync` at 1 thread and `Group` at 64,
 //!    700-byte payloads, fresh store per round, rounds interleaved, medians;
 //!    the overhead is the ratio within the same run, beside the process's
-//!    CPU per append of each and the appends per fdatasync.
+//!    CPU per append of each and the appends per fdatasync; then the keyed
+//!    hashing of one frame alone on one thread (ns per frame).
 //!
 //! Run with `cargo bench --bench log_append`. Environment:
 //! - `CONVLOG_BENCH_SECONDS`: length of each measured phase (default 2 s);
@@ -1474,5 +1475,77 @@ fn bench_tamper(duration: Duration) -> BenchResult<()> {
         "median [min..max] of {rounds} interleaved rounds; ratios and differences are per round, same run; \
          CPU is the whole process's (user + system) per completed append"
     );
+    println!();
+    keyed_work_alone(&pool[0], rounds);
     Ok(())
+}
+
+/// Frames hashed per round by [`keyed_work_alone`].
+const TAMPER_ALONE_FRAMES: usize = 200_000;
+
+/// The keyed chain's hashing for a one-event frame, alone on this thread:
+/// what it costs in CPU, apart from the writer and the scheduler. The same
+/// hashes over the same sizes as the writer: BLAKE3 of the event's length
+/// prefix and bytes fed to an incremental hasher, the chain step
+/// (`tamper::chain_digest`), and a keyed BLAKE3 of the tag's 65 bytes
+/// (domain, epoch, LSN, digest). Prints the min and median ns per frame of
+/// `rounds` rounds, each part's rounds interleaved with the others'.
+fn keyed_work_alone(payload: &[u8], rounds: usize) {
+    use std::hint::black_box;
+    use std::time::Instant;
+
+    let events_digest = |payload: &[u8]| -> [u8; 32] {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&(payload.len() as u32).to_le_bytes());
+        hasher.update(payload);
+        *hasher.finalize().as_bytes()
+    };
+    let tag_key = [0x16; 32];
+    let tag = |digest: &[u8; 32]| -> u8 {
+        let mut input = [0u8; 65];
+        input[33..].copy_from_slice(digest);
+        blake3::keyed_hash(&tag_key, &input).as_bytes()[0]
+    };
+    let chain =
+        |events: &[u8; 32]| convlog::tamper::chain_digest(&[1; 32], &[2; 16], 77, 1, events);
+    type Part<'a> = (&'static str, Box<dyn Fn() -> u8 + 'a>);
+    let parts: [Part; 4] = [
+        (
+            "events' digest",
+            Box::new(|| events_digest(black_box(payload))[0]),
+        ),
+        ("chain step", Box::new(|| chain(black_box(&[3; 32]))[0])),
+        ("tag", Box::new(|| tag(black_box(&[4; 32])))),
+        (
+            "the three, one frame",
+            Box::new(|| tag(&chain(&events_digest(black_box(payload))))),
+        ),
+    ];
+    let mut nanos: Vec<Vec<f64>> = vec![Vec::new(); parts.len()];
+    for _ in 0..rounds {
+        for (index, (_, part)) in parts.iter().enumerate() {
+            let start = Instant::now();
+            let mut sink = 0u8;
+            for _ in 0..TAMPER_ALONE_FRAMES {
+                sink ^= part();
+            }
+            black_box(sink);
+            nanos[index].push(start.elapsed().as_nanos() as f64 / TAMPER_ALONE_FRAMES as f64);
+        }
+    }
+    let mut table = Table::new(&[
+        "keyed work alone, one thread",
+        "min ns/frame",
+        "median ns/frame",
+    ]);
+    for ((name, _), values) in parts.iter().zip(&nanos) {
+        let (median, low, _) = median_range(values);
+        table.row(vec![name.to_string(), grouped(low), grouped(median)]);
+    }
+    table.print();
+    println!();
+    println!(
+        "{} B payload, {TAMPER_ALONE_FRAMES} frames per round, {rounds} rounds",
+        payload.len()
+    );
 }

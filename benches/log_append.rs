@@ -1485,9 +1485,9 @@ const TAMPER_ALONE_FRAMES: usize = 200_000;
 
 /// The keyed chain's hashing for a one-event frame, alone on this thread:
 /// what it costs in CPU, apart from the writer and the scheduler. The same
-/// hashes over the same sizes as the writer: BLAKE3 of the event's length
+/// hashes over the same sizes as the writer: SHA-256 of the event's length
 /// prefix and bytes fed to an incremental hasher, the chain step
-/// (`tamper::chain_digest`), and a keyed BLAKE3 of the tag's 65 bytes
+/// (`tamper::chain_digest`), and a keyed BLAKE3 of the tag's 64 bytes
 /// (domain, epoch, LSN, digest). Prints the min and median ns per frame of
 /// `rounds` rounds, each part's rounds interleaved with the others'.
 fn keyed_work_alone(payload: &[u8], rounds: usize) {
@@ -1495,15 +1495,16 @@ fn keyed_work_alone(payload: &[u8], rounds: usize) {
     use std::time::Instant;
 
     let events_digest = |payload: &[u8]| -> [u8; 32] {
-        let mut hasher = blake3::Hasher::new();
-        hasher.update(&(payload.len() as u32).to_le_bytes());
+        use sha2::Digest as _;
+        let mut hasher = sha2::Sha256::new();
+        hasher.update((payload.len() as u32).to_le_bytes());
         hasher.update(payload);
-        *hasher.finalize().as_bytes()
+        hasher.finalize().into()
     };
     let tag_key = [0x16; 32];
     let tag = |digest: &[u8; 32]| -> u8 {
-        let mut input = [0u8; 65];
-        input[33..].copy_from_slice(digest);
+        let mut input = [0u8; 64];
+        input[32..].copy_from_slice(digest);
         blake3::keyed_hash(&tag_key, &input).as_bytes()[0]
     };
     let chain =

@@ -25,7 +25,9 @@
 //! 6. Tamper evidence (issue 16): the same log with and without the keyed
 //!    chain (`LogOptions::tamper`), `Sync` at 1 thread and `Group` at 64,
 //!    700-byte payloads, fresh store per round, rounds interleaved, medians;
-//!    the overhead is the ratio within the same run.
+//!    the overhead is the ratio within the same run, beside the process's
+//!    CPU per append of each and the appends per fdatasync; then the keyed
+//!    hashing of one frame alone on one thread (ns per frame).
 //!
 //! Run with `cargo bench --bench log_append`. Environment:
 //! - `CONVLOG_BENCH_SECONDS`: length of each measured phase (default 2 s);
@@ -1419,41 +1421,132 @@ fn bench_tamper(duration: Duration) -> BenchResult<()> {
         "plain appends/s",
         "tamper-evident appends/s",
         "tamper/plain",
+        "CPU µs/append plain",
+        "CPU µs/append keyed",
+        "keyed - plain CPU µs",
+        "appends/fdatasync plain, keyed",
     ]);
     for (name, durability, threads) in cases {
-        let mut plain = Vec::new();
-        let mut keyed = Vec::new();
-        let mut ratios = Vec::new();
+        // Per round: [plain, keyed] runs.
+        let mut runs: Vec<[LogRun; 2]> = Vec::new();
         for round in 0..rounds {
-            let mut pair = [0.0; 2];
+            let mut pair: [Option<LogRun>; 2] = [None, None];
             for step in 0..2 {
                 let which = (step + round) % 2;
                 let mut options = log_options(durability);
                 if which == 1 {
                     options = options.tamper(convlog::tamper::TamperOptions::new(key()));
                 }
-                pair[which] = run_log("tamper", options, threads, duration, &pool, 1)?
-                    .measured
-                    .ops_per_sec();
+                pair[which] = Some(run_log("tamper", options, threads, duration, &pool, 1)?);
             }
-            plain.push(pair[0]);
-            keyed.push(pair[1]);
-            ratios.push(pair[1] / pair[0]);
+            let [Some(plain), Some(keyed)] = pair else {
+                unreachable!("both runs of the round were made")
+            };
+            runs.push([plain, keyed]);
         }
-        let cell = |values: &[f64]| {
+        let per_round =
+            |value: &dyn Fn(&[LogRun; 2]) -> f64| -> Vec<f64> { runs.iter().map(value).collect() };
+        let count = |values: &[f64]| {
             let (median, low, high) = median_range(values);
             format!("{} [{}..{}]", grouped(median), grouped(low), grouped(high))
         };
-        let (ratio, low, high) = median_range(&ratios);
+        let fraction = |values: &[f64], digits: usize| {
+            let (median, low, high) = median_range(values);
+            format!("{median:.digits$} [{low:.digits$}..{high:.digits$}]")
+        };
+        let rate = |run: &LogRun| run.measured.ops_per_sec();
+        let cpu = |run: &LogRun| cpu_micros_per_op(&run.measured);
+        let (plain_group, _, _) = median_range(&per_round(&|[plain, _]| plain.records_per_fsync()));
+        let (keyed_group, _, _) = median_range(&per_round(&|[_, keyed]| keyed.records_per_fsync()));
         table.row(vec![
             name.to_string(),
-            cell(&plain),
-            cell(&keyed),
-            format!("{ratio:.3} [{low:.3}..{high:.3}]"),
+            count(&per_round(&|[plain, _]| rate(plain))),
+            count(&per_round(&|[_, keyed]| rate(keyed))),
+            fraction(&per_round(&|[plain, keyed]| rate(keyed) / rate(plain)), 3),
+            fraction(&per_round(&|[plain, _]| cpu(plain)), 2),
+            fraction(&per_round(&|[_, keyed]| cpu(keyed)), 2),
+            fraction(&per_round(&|[plain, keyed]| cpu(keyed) - cpu(plain)), 2),
+            format!("{plain_group:.1}, {keyed_group:.1}"),
         ]);
     }
     table.print();
     println!();
-    println!("median [min..max] of {rounds} interleaved rounds; the ratio is per round, same run");
+    println!(
+        "median [min..max] of {rounds} interleaved rounds; ratios and differences are per round, same run; \
+         CPU is the whole process's (user + system) per completed append"
+    );
+    println!();
+    keyed_work_alone(&pool[0], rounds);
     Ok(())
+}
+
+/// Frames hashed per round by [`keyed_work_alone`].
+const TAMPER_ALONE_FRAMES: usize = 200_000;
+
+/// The keyed chain's hashing for a one-event frame, alone on this thread:
+/// what it costs in CPU, apart from the writer and the scheduler. The same
+/// hashes over the same sizes as the writer: SHA-256 of the event's length
+/// prefix and bytes fed to an incremental hasher, the chain step
+/// (`tamper::chain_digest`), and a keyed BLAKE3 of the tag's 64 bytes
+/// (domain, epoch, LSN, digest). Prints the min and median ns per frame of
+/// `rounds` rounds, each part's rounds interleaved with the others'.
+fn keyed_work_alone(payload: &[u8], rounds: usize) {
+    use std::hint::black_box;
+    use std::time::Instant;
+
+    let events_digest = |payload: &[u8]| -> [u8; 32] {
+        use sha2::Digest as _;
+        let mut hasher = sha2::Sha256::new();
+        hasher.update((payload.len() as u32).to_le_bytes());
+        hasher.update(payload);
+        hasher.finalize().into()
+    };
+    let tag_key = [0x16; 32];
+    let tag = |digest: &[u8; 32]| -> u8 {
+        let mut input = [0u8; 64];
+        input[32..].copy_from_slice(digest);
+        blake3::keyed_hash(&tag_key, &input).as_bytes()[0]
+    };
+    let chain =
+        |events: &[u8; 32]| convlog::tamper::chain_digest(&[1; 32], &[2; 16], 77, 1, events);
+    type Part<'a> = (&'static str, Box<dyn Fn() -> u8 + 'a>);
+    let parts: [Part; 4] = [
+        (
+            "events' digest",
+            Box::new(|| events_digest(black_box(payload))[0]),
+        ),
+        ("chain step", Box::new(|| chain(black_box(&[3; 32]))[0])),
+        ("tag", Box::new(|| tag(black_box(&[4; 32])))),
+        (
+            "the three, one frame",
+            Box::new(|| tag(&chain(&events_digest(black_box(payload))))),
+        ),
+    ];
+    let mut nanos: Vec<Vec<f64>> = vec![Vec::new(); parts.len()];
+    for _ in 0..rounds {
+        for (index, (_, part)) in parts.iter().enumerate() {
+            let start = Instant::now();
+            let mut sink = 0u8;
+            for _ in 0..TAMPER_ALONE_FRAMES {
+                sink ^= part();
+            }
+            black_box(sink);
+            nanos[index].push(start.elapsed().as_nanos() as f64 / TAMPER_ALONE_FRAMES as f64);
+        }
+    }
+    let mut table = Table::new(&[
+        "keyed work alone, one thread",
+        "min ns/frame",
+        "median ns/frame",
+    ]);
+    for ((name, _), values) in parts.iter().zip(&nanos) {
+        let (median, low, _) = median_range(values);
+        table.row(vec![name.to_string(), grouped(low), grouped(median)]);
+    }
+    table.print();
+    println!();
+    println!(
+        "{} B payload, {TAMPER_ALONE_FRAMES} frames per round, {rounds} rounds",
+        payload.len()
+    );
 }

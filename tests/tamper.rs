@@ -168,7 +168,10 @@ fn changed_content_with_the_digests_recomputed_fails_the_tag_and_the_public_chec
                 body.extend_from_slice(&(payload.len() as u32).to_le_bytes());
                 body.extend_from_slice(payload);
             }
-            let events = *blake3::hash(&body).as_bytes();
+            let events: [u8; 32] = {
+                use sha2::Digest as _;
+                sha2::Sha256::digest(&body).into()
+            };
             digest = tamper::chain_digest(&digest, &store_id, index as u64 + 1, 1, &events);
             frame.trailer.as_mut().unwrap().digest = digest;
         }
@@ -868,4 +871,47 @@ fn a_snapshot_without_its_tag_or_under_another_key_is_named() {
     // Put back, it verifies again.
     std::fs::write(&path, &original).unwrap();
     tamper::verify(dir.path(), Some(&key()), None, None).unwrap();
+}
+
+/// A tamper-evident segment of version 3 (development builds hashed its
+/// chain and tags otherwise, `docs/format.md` 11) is refused, named, with
+/// the way to copy its events, and left as it is: read with this build's
+/// hashes, every frame would look tampered with.
+#[test]
+fn a_version_3_tamper_evident_segment_is_refused_not_reported_as_tampered() {
+    let dir = tempfile::tempdir().unwrap();
+    store(dir.path());
+    let segment = segment_paths(dir.path())[0].clone();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    assert_eq!(bytes[8..12], format::FORMAT_VERSION_KEYED.to_le_bytes());
+    bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+    let crc = crc32fast::hash(&bytes[..SEGMENT_HEADER_BYTES - 4]);
+    bytes[SEGMENT_HEADER_BYTES - 4..SEGMENT_HEADER_BYTES].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&segment, &bytes).unwrap();
+
+    let opened = Log::open(dir.path(), options(key())).map(|_| ());
+    let verified = convlog::store::verify(dir.path(), &mut |_| {}).map(|_| ());
+    for result in [opened, verified] {
+        match result {
+            Err(error @ Error::UnsupportedVersion { .. }) => {
+                let Error::UnsupportedVersion {
+                    version, supported, ..
+                } = &error
+                else {
+                    unreachable!()
+                };
+                assert_eq!((*version, *supported), (3, format::FORMAT_VERSION_KEYED));
+                let message = error.to_string();
+                assert!(message.contains("version 3"), "{message}");
+                assert!(message.contains("convlog dump"), "{message}");
+            }
+            other => panic!("expected UnsupportedVersion, got {other:?}"),
+        }
+    }
+    let checked = tamper::verify(dir.path(), Some(&key()), None, None);
+    assert!(
+        matches!(checked, Err(Error::UnsupportedVersion { version: 3, .. })),
+        "{checked:?}"
+    );
+    assert_eq!(std::fs::read(&segment).unwrap(), bytes, "left as it was");
 }

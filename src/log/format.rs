@@ -13,15 +13,18 @@ use crate::log::Lsn;
 /// Magic bytes at the start of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"CVLOGSEG";
 /// The newest segment format version this build writes and reads: version
-/// 3, a tamper-evident segment, whose frames each end in a
+/// 4, a tamper-evident segment, whose frames each end in a
 /// [`FrameTrailer`]. Version 2 ([`FORMAT_VERSION_PLAIN`]) is the same
 /// layout without trailers; a store is one or the other from its creation.
 pub const FORMAT_VERSION: u32 = FORMAT_VERSION_KEYED;
 /// The version of a segment without tamper evidence (frames without trailers).
 pub const FORMAT_VERSION_PLAIN: u32 = 2;
 /// The version of a tamper-evident segment: every frame ends in a
-/// [`FrameTrailer`] of [`FRAME_TRAILER_BYTES`].
-pub const FORMAT_VERSION_KEYED: u32 = 3;
+/// [`FrameTrailer`] of [`FRAME_TRAILER_BYTES`]. Version 3, the same layout
+/// with a chain and tags hashed otherwise (written by development builds
+/// only, never released), is refused like any other version this build
+/// does not read (`docs/format.md`, 11).
+pub const FORMAT_VERSION_KEYED: u32 = 4;
 
 /// A store's identity: 16 random bytes chosen when the store is created,
 /// carried by every segment header and every snapshot header.
@@ -70,7 +73,7 @@ const _: () = assert!(FRAME_HEADER_BYTES == 32);
 pub const EVENT_LENGTH_PREFIX_BYTES: usize = 4;
 
 /// Bytes of the trailer that ends every frame of a tamper-evident
-/// (version 3) segment, inside the frame's body, after its events.
+/// (version 4) segment, inside the frame's body, after its events.
 pub const FRAME_TRAILER_BYTES: usize = 64;
 /// Bytes of a digest of the frame chain (BLAKE3).
 pub const CHAIN_DIGEST_BYTES: usize = 32;
@@ -195,7 +198,7 @@ pub struct SegmentLink {
     /// segments), or [`GENESIS_CHAIN`] for the store's first segment.
     pub prev_chain: u32,
     /// Whether the store is tamper-evident: the segment is written as
-    /// version 3 and its frames carry trailers.
+    /// version 4 and its frames carry trailers.
     pub keyed: bool,
 }
 
@@ -300,7 +303,7 @@ pub fn foreign_segment_version(bytes: &[u8]) -> Option<u32> {
     Some(read_u32(bytes, SEGMENT_VERSION_OFFSET)).filter(|&version| !is_supported_version(version))
 }
 
-/// The segment versions this build reads: 2 (plain) and 3 (keyed).
+/// The segment versions this build reads: 2 (plain) and 4 (keyed).
 fn is_supported_version(version: u32) -> bool {
     version == FORMAT_VERSION_PLAIN || version == FORMAT_VERSION_KEYED
 }

@@ -86,7 +86,7 @@ pub struct SegmentScan {
     pub probe_chain: Option<u32>,
     /// How the scan ended.
     pub end: ScanEnd,
-    /// A tamper-evident (version 3) segment: every frame carries a trailer.
+    /// A tamper-evident (version 4) segment: every frame carries a trailer.
     pub keyed: bool,
     /// The trailer of the last valid frame (tamper-evident segments only).
     pub last_trailer: Option<format::FrameTrailer>,
@@ -185,11 +185,11 @@ pub fn scan_segment_probe(
 }
 
 /// Checks that a frame carries a trailer exactly when its segment is
-/// tamper-evident (version 3).
+/// tamper-evident (version 4).
 pub(crate) fn trailer_matches(frame: &Frame<'_>, keyed: bool) -> std::result::Result<(), String> {
     match (keyed, frame.trailer_bytes.is_empty()) {
         (true, true) => {
-            Err("frame carries no trailer in a tamper-evident (version 3) segment".to_string())
+            Err("frame carries no trailer in a tamper-evident (version 4) segment".to_string())
         }
         (false, false) => Err("frame carries a trailer in a version 2 segment".to_string()),
         _ => Ok(()),
@@ -320,7 +320,7 @@ pub struct Recovered {
     pub active_bytes: u64,
     /// Chain value the next frame in it links to.
     pub active_chain_crc: u32,
-    /// Whether the store's last segment is tamper-evident (version 3).
+    /// Whether the store's last segment is tamper-evident (version 4).
     pub keyed: bool,
     /// The trailer of the log's last frame when it is in the segment new
     /// frames go to (a tamper-evident log whose active segment holds no
@@ -338,7 +338,7 @@ pub struct RecoveryOptions {
     /// Sealed segments whose events all precede this LSN are checked by
     /// header only (a snapshot covers them); later ones frame by frame.
     pub full_check_from_lsn: Lsn,
-    /// Create a new store's first segment tamper-evident (version 3).
+    /// Create a new store's first segment tamper-evident (version 4).
     pub keyed: bool,
 }
 

@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod appender;
 pub mod config;
 mod error;
 mod handlers;
@@ -69,6 +70,8 @@ pub const ERASE_REASON_CHARS_MAX: usize = 256;
 /// What the handlers share.
 pub struct AppState {
     store: Arc<Store>,
+    /// Writes the batches of `POST /contexts/{id}/events`, gathered.
+    appender: appender::Appender,
     control: MessageControl,
     tokens: Tokens,
     agents: BTreeMap<String, Arc<Runner>>,
@@ -270,6 +273,8 @@ impl Server {
         .await
         .map_err(|error| error.to_string())??;
         let store = Arc::new(store);
+        let appender = appender::Appender::start(&store)
+            .map_err(|error| format!("could not start the appending thread: {error}"))?;
         let streams = Arc::new(stream::Streams::new(
             config.limits.streams_per_user,
             Duration::from_secs(config.limits.stream_keepalive_seconds),
@@ -304,6 +309,7 @@ impl Server {
             state: Arc::new(AppState {
                 control: MessageControl::new(Arc::clone(&store)),
                 store,
+                appender,
                 tokens,
                 agents,
                 create_lock: parking_lot::Mutex::new(()),

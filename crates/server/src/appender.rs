@@ -158,3 +158,118 @@ fn append_group(store: &Store, group: Vec<Job>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use convlog::model::ConversationEntry;
+    use convlog::StoreOptions;
+
+    use super::*;
+
+    fn job(events: Vec<Event>) -> (Job, oneshot::Receiver<convlog::Result<Range<Lsn>>>) {
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            events,
+            text_bytes: 0,
+            reply,
+        };
+        (job, answer)
+    }
+
+    fn entry(context: &str, sequence: u64, content: &str) -> Event {
+        ConversationEntry::user("eval-1", sequence, content).recorded_in(context)
+    }
+
+    fn contents(store: &Store, context: &str) -> Vec<String> {
+        store
+            .conversation(context)
+            .unwrap()
+            .entries()
+            .map(|entry| entry.content.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn a_gathered_group_is_one_batch_and_each_request_gets_its_own_lsns() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let (a, mut answer_a) = job(vec![entry("a", 0, "a0"), entry("a", 1, "a1")]);
+        let (b, mut answer_b) = job(vec![entry("b", 0, "b0")]);
+        let (c, mut answer_c) = job(vec![entry("a", 2, "a2"), entry("c", 0, "c0")]);
+        append_group(&store, vec![a, b, c]);
+        let a = answer_a.try_recv().unwrap().unwrap();
+        let b = answer_b.try_recv().unwrap().unwrap();
+        let c = answer_c.try_recv().unwrap().unwrap();
+        assert_eq!((a.clone(), b.clone(), c.clone()), (1..3, 3..4, 4..6));
+        // One frame holds the three requests' events, each at its LSNs.
+        let records: Vec<_> = store
+            .log()
+            .iter_from(1)
+            .collect::<convlog::Result<_>>()
+            .unwrap();
+        assert_eq!(records.len(), 5);
+        assert!(records.iter().all(|r| r.position == records[0].position));
+        let at =
+            |lsn: Lsn| convlog::codec::decode_event(&records[lsn as usize - 1].payload).unwrap();
+        assert_eq!(at(b.start), entry("b", 0, "b0"));
+        assert_eq!(at(c.start), entry("a", 2, "a2"));
+        assert_eq!(at(c.end - 1), entry("c", 0, "c0"));
+        assert_eq!(contents(&store, "a"), ["a0", "a1", "a2"]);
+    }
+
+    #[test]
+    fn a_bad_batch_in_a_group_fails_alone_and_the_others_are_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let (a, mut answer_a) = job(vec![entry("a", 0, "a0")]);
+        // An empty evaluation id: the store refuses the event.
+        let bad = ConversationEntry::user("", 0, "bad").recorded_in("b");
+        let (b, mut answer_b) = job(vec![entry("b", 0, "b0"), bad]);
+        let (c, mut answer_c) = job(vec![entry("c", 0, "c0")]);
+        append_group(&store, vec![a, b, c]);
+        assert!(answer_a.try_recv().unwrap().is_ok());
+        match answer_b.try_recv().unwrap() {
+            // The index is the request's own, not the group's.
+            Err(convlog::Error::InvalidEvent { index, .. }) => assert_eq!(index, 1),
+            other => panic!("expected the request's invalid event, got {other:?}"),
+        }
+        assert!(answer_c.try_recv().unwrap().is_ok());
+        assert_eq!(contents(&store, "a"), ["a0"]);
+        assert!(store.conversation("b").is_err() || contents(&store, "b").is_empty());
+        assert_eq!(contents(&store, "c"), ["c0"]);
+    }
+
+    #[test]
+    fn the_queue_is_taken_up_to_the_limits() {
+        let (queue, jobs) = mpsc::channel();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), StoreOptions::default()).unwrap());
+        let mut answers = Vec::new();
+        // Three jobs whose text together is over the limit: the first two
+        // go together, the third in a group of its own.
+        for (n, bytes) in [
+            (0, GATHERED_TEXT_BYTES_MAX / 2),
+            (1, GATHERED_TEXT_BYTES_MAX / 2),
+            (2, 1),
+        ] {
+            let (mut job, answer) = job(vec![entry("a", n, &format!("a{n}"))]);
+            job.text_bytes = bytes;
+            queue.send(job).unwrap();
+            answers.push(answer);
+        }
+        drop(queue);
+        run(&Arc::downgrade(&store), &jobs);
+        let lsns: Vec<_> = answers
+            .iter_mut()
+            .map(|answer| answer.try_recv().unwrap().unwrap())
+            .collect();
+        assert_eq!(lsns, [1..2, 2..3, 3..4]);
+        let records: Vec<_> = store
+            .log()
+            .iter_from(1)
+            .collect::<convlog::Result<_>>()
+            .unwrap();
+        assert_eq!(records[0].position, records[1].position);
+        assert_ne!(records[1].position, records[2].position);
+    }
+}

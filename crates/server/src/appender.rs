@@ -1,17 +1,18 @@
-//! The appends of `POST /contexts/{id}/events`, gathered: one thread writes
-//! the batches of the requests that arrived together as one atomic batch of
-//! the store, so a group of requests costs one `Store::append` (one frame,
-//! one durable commit) and wakes the appending thread at most once, instead
-//! of one blocking-pool task per request, each parked in the group commit
-//! and woken by it (docs/performance.md, "Gathered appends").
+//! The appends of `POST /contexts/{id}/events`, gathered: one thread
+//! appends the batches of the requests waiting for it, each as its own
+//! atomic batch of the store but without waiting for it to be durable, then
+//! makes them all durable with one [`Store::sync`] and only then answers
+//! them. A group of requests so costs one `fdatasync` and at most one
+//! wake-up of the appending thread, instead of one blocking-pool task per
+//! request, each parked in the store's group commit and woken by it
+//! (docs/performance.md, "Gathered appends").
 //!
-//! Each request is still atomic (its events are contiguous in the frame,
-//! and a frame is stored whole or not at all) and answered only once the
-//! frame is durable: the append uses the store's durability, like every
-//! other append of the server. When the gathered append fails, the thread
-//! appends each request's batch on its own, so an error (a bad event, an
-//! erased context) is the failing request's alone and the others are
-//! stored as if they had come one at a time.
+//! Each request keeps a frame of its own (a context's events are not
+//! spread over frames shared with other contexts, so reading a context
+//! later reads only its own frames), its atomicity and its error (a bad
+//! event fails that request alone). Nothing is acknowledged before it is
+//! durable: when the sync fails, every request of the group gets the error
+//! (the store takes back what it had not made durable).
 
 use std::ops::Range;
 use std::sync::mpsc;
@@ -20,25 +21,23 @@ use std::sync::{Arc, Weak};
 use axum::http::StatusCode;
 use convlog::log::Lsn;
 use convlog::model::Event;
-use convlog::Store;
+use convlog::{AppendOptions, Durability, Store};
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
 
-/// The most events one gathered append takes from the queue (a request
-/// with more goes alone): well under the log's `BATCH_EVENTS_MAX`.
+/// The most events of waiting requests appended before one sync answers
+/// them (a request with more goes alone): bounds the wait of the group's
+/// first request.
 pub const GATHERED_EVENTS_MAX: usize = 4_096;
-/// The most bytes of events' JSON text one gathered append takes from the
-/// queue (a request with more goes alone). The stored form of an event is
-/// not larger than its JSON form by more than a few bytes, so this stays
-/// well under the log's `BATCH_BYTES_MAX` (64 MiB).
-pub const GATHERED_TEXT_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// The answer to one request.
+type Answer = Result<Range<Lsn>, ApiError>;
 
 /// A request's batch, and where its answer goes.
 struct Job {
     events: Vec<Event>,
-    text_bytes: usize,
-    reply: oneshot::Sender<convlog::Result<Range<Lsn>>>,
+    reply: oneshot::Sender<Answer>,
 }
 
 /// The handle the handlers append through; the thread ends when it is
@@ -60,23 +59,15 @@ impl Appender {
         Ok(Appender { queue })
     }
 
-    /// Appends `events` (one request's batch; `text_bytes` the length of its
-    /// JSON text) as one atomic batch; resolves to their LSNs once they are
-    /// durable, or to the error that kept them out of the store.
-    pub async fn append(
-        &self,
-        events: Vec<Event>,
-        text_bytes: usize,
-    ) -> Result<Range<Lsn>, ApiError> {
+    /// Appends `events` (one request's batch) as one atomic batch; resolves
+    /// to their LSNs once they are durable, or to the error that kept them
+    /// out of the store.
+    pub async fn append(&self, events: Vec<Event>) -> Answer {
         let (reply, answer) = oneshot::channel();
         self.queue
-            .send(Job {
-                events,
-                text_bytes,
-                reply,
-            })
+            .send(Job { events, reply })
             .map_err(|_| stopped())?;
-        Ok(answer.await.map_err(|_| stopped())??)
+        answer.await.map_err(|_| stopped())?
     }
 }
 
@@ -89,8 +80,8 @@ fn stopped() -> ApiError {
     )
 }
 
-/// The thread: takes every job queued (up to the limits), appends them as
-/// one batch, answers each; until the queue's senders are gone.
+/// The thread: takes every job queued (up to the limit), appends them,
+/// syncs, answers each; until the queue's senders are gone.
 fn run(store: &Weak<Store>, jobs: &mpsc::Receiver<Job>) {
     let mut carried: Option<Job> = None;
     loop {
@@ -102,17 +93,13 @@ fn run(store: &Weak<Store>, jobs: &mpsc::Receiver<Job>) {
             },
         };
         let mut events = first.events.len();
-        let mut text_bytes = first.text_bytes;
         let mut group = vec![first];
         while let Ok(job) = jobs.try_recv() {
-            if events + job.events.len() > GATHERED_EVENTS_MAX
-                || text_bytes + job.text_bytes > GATHERED_TEXT_BYTES_MAX
-            {
+            if events + job.events.len() > GATHERED_EVENTS_MAX {
                 carried = Some(job);
                 break;
             }
             events += job.events.len();
-            text_bytes += job.text_bytes;
             group.push(job);
         }
         let Some(store) = store.upgrade() else {
@@ -123,37 +110,35 @@ fn run(store: &Weak<Store>, jobs: &mpsc::Receiver<Job>) {
     }
 }
 
-/// Appends the group's batches as one, and answers each request with its
-/// own part of the LSNs; on an error, appends each batch on its own.
+/// Appends each batch of the group on its own, makes them durable with one
+/// sync, then answers each request.
 fn append_group(store: &Store, group: Vec<Job>) {
-    if group.len() == 1 {
-        let job = group.into_iter().next().expect("one job");
-        let _ = job.reply.send(store.append(&job.events));
+    let written = AppendOptions::new().durability(Durability::None);
+    let mut appended = Vec::with_capacity(group.len());
+    for job in group {
+        match store.append_with(&job.events, written.clone()) {
+            Ok(lsns) => appended.push((job.reply, lsns)),
+            // Nothing of this batch was stored.
+            Err(error) => {
+                let _ = job.reply.send(Err(error.into()));
+            }
+        }
+    }
+    if appended.is_empty() {
         return;
     }
-    let mut all = Vec::with_capacity(group.iter().map(|job| job.events.len()).sum());
-    let mut answers = Vec::with_capacity(group.len());
-    for job in group {
-        answers.push((job.events.len(), job.reply));
-        all.extend(job.events);
-    }
-    match store.append(&all) {
-        Ok(lsns) => {
-            let mut start = lsns.start;
-            for (len, reply) in answers {
-                let end = start + len as Lsn;
-                let _ = reply.send(Ok(start..end));
-                start = end;
+    match store.sync() {
+        Ok(()) => {
+            for (reply, lsns) in appended {
+                let _ = reply.send(Ok(lsns));
             }
-            debug_assert_eq!(start, lsns.end);
         }
-        Err(_) => {
-            // Nothing was stored: each request's batch alone says whose
-            // error it is (and the others are stored).
-            let mut start = 0;
-            for (len, reply) in answers {
-                let _ = reply.send(store.append(&all[start..start + len]));
-                start += len;
+        Err(error) => {
+            // Not durable, so not acknowledged: the writer is poisoned and
+            // has taken back what it had not synced.
+            let error = ApiError::from(error);
+            for (reply, _) in appended {
+                let _ = reply.send(Err(ApiError::new(error.status, error.message.clone())));
             }
         }
     }
@@ -166,14 +151,9 @@ mod tests {
 
     use super::*;
 
-    fn job(events: Vec<Event>) -> (Job, oneshot::Receiver<convlog::Result<Range<Lsn>>>) {
+    fn job(events: Vec<Event>) -> (Job, oneshot::Receiver<Answer>) {
         let (reply, answer) = oneshot::channel();
-        let job = Job {
-            events,
-            text_bytes: 0,
-            reply,
-        };
-        (job, answer)
+        (Job { events, reply }, answer)
     }
 
     fn entry(context: &str, sequence: u64, content: &str) -> Event {
@@ -189,36 +169,45 @@ mod tests {
             .collect()
     }
 
+    /// The content recorded at `lsn` in `context`.
+    fn at(store: &Store, context: &str, lsn: Lsn) -> Option<String> {
+        let slice = store.conversation(context).unwrap();
+        let recorded = slice.recorded_iter().find(|recorded| recorded.lsn == lsn);
+        recorded.and_then(|recorded| recorded.entry.content.clone())
+    }
+
     #[test]
-    fn a_gathered_group_is_one_batch_and_each_request_gets_its_own_lsns() {
+    fn a_group_is_durable_before_it_is_answered_and_each_request_is_a_batch_of_its_own() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
         let (a, mut answer_a) = job(vec![entry("a", 0, "a0"), entry("a", 1, "a1")]);
         let (b, mut answer_b) = job(vec![entry("b", 0, "b0")]);
         let (c, mut answer_c) = job(vec![entry("a", 2, "a2"), entry("c", 0, "c0")]);
+        let syncs = store.log().writer_stats().syncs;
         append_group(&store, vec![a, b, c]);
         let a = answer_a.try_recv().unwrap().unwrap();
         let b = answer_b.try_recv().unwrap().unwrap();
         let c = answer_c.try_recv().unwrap().unwrap();
         assert_eq!((a.clone(), b.clone(), c.clone()), (1..3, 3..4, 4..6));
-        // One frame holds the three requests' events, each at its LSNs.
+        // Durable when answered, with one fdatasync for the group.
+        assert_eq!(store.log().durable_lsn(), 6);
+        assert_eq!(store.log().writer_stats().syncs, syncs + 1);
+        // A frame per request, each event at its LSN.
         let records: Vec<_> = store
             .log()
             .iter_from(1)
             .collect::<convlog::Result<_>>()
             .unwrap();
-        assert_eq!(records.len(), 5);
-        assert!(records.iter().all(|r| r.position == records[0].position));
-        let at = |context: &str, lsn: Lsn| {
-            let slice = store.conversation(context).unwrap();
-            let recorded = slice.recorded_iter().find(|recorded| recorded.lsn == lsn);
-            recorded.and_then(|recorded| recorded.entry.content.clone())
-        };
-        assert_eq!(at("a", a.start).as_deref(), Some("a0"));
-        assert_eq!(at("a", a.end - 1).as_deref(), Some("a1"));
-        assert_eq!(at("b", b.start).as_deref(), Some("b0"));
-        assert_eq!(at("a", c.start).as_deref(), Some("a2"));
-        assert_eq!(at("c", c.end - 1).as_deref(), Some("c0"));
+        let frames: Vec<_> = records.iter().map(|record| record.position).collect();
+        assert_eq!(frames[0], frames[1]);
+        assert_ne!(frames[1], frames[2]);
+        assert_ne!(frames[2], frames[3]);
+        assert_eq!(frames[3], frames[4]);
+        assert_eq!(at(&store, "a", a.start).as_deref(), Some("a0"));
+        assert_eq!(at(&store, "a", a.end - 1).as_deref(), Some("a1"));
+        assert_eq!(at(&store, "b", b.start).as_deref(), Some("b0"));
+        assert_eq!(at(&store, "a", c.start).as_deref(), Some("a2"));
+        assert_eq!(at(&store, "c", c.end - 1).as_deref(), Some("c0"));
         assert_eq!(contents(&store, "a"), ["a0", "a1", "a2"]);
     }
 
@@ -233,11 +222,10 @@ mod tests {
         let (c, mut answer_c) = job(vec![entry("c", 0, "c0")]);
         append_group(&store, vec![a, b, c]);
         assert!(answer_a.try_recv().unwrap().is_ok());
-        match answer_b.try_recv().unwrap() {
-            // The index is the request's own, not the group's.
-            Err(convlog::Error::InvalidEvent { index, .. }) => assert_eq!(index, 1),
-            other => panic!("expected the request's invalid event, got {other:?}"),
-        }
+        let refused = answer_b.try_recv().unwrap().unwrap_err();
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+        // The index is the request's own event's.
+        assert!(refused.message.contains("event 1"), "{}", refused.message);
         assert!(answer_c.try_recv().unwrap().is_ok());
         assert_eq!(contents(&store, "a"), ["a0"]);
         assert!(store.conversation("b").is_err() || contents(&store, "b").is_empty());
@@ -245,36 +233,31 @@ mod tests {
     }
 
     #[test]
-    fn the_queue_is_taken_up_to_the_limits() {
+    fn the_queue_is_taken_up_to_the_limit_per_sync() {
         let (queue, jobs) = mpsc::channel();
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(dir.path(), StoreOptions::default()).unwrap());
+        let syncs = store.log().writer_stats().syncs;
+        // Three jobs: the first two fill a group, the third goes in the next.
+        let sizes = [GATHERED_EVENTS_MAX / 2, GATHERED_EVENTS_MAX / 2, 1];
         let mut answers = Vec::new();
-        // Three jobs whose text together is over the limit: the first two
-        // go together, the third in a group of its own.
-        for (n, bytes) in [
-            (0, GATHERED_TEXT_BYTES_MAX / 2),
-            (1, GATHERED_TEXT_BYTES_MAX / 2),
-            (2, 1),
-        ] {
-            let (mut job, answer) = job(vec![entry("a", n, &format!("a{n}"))]);
-            job.text_bytes = bytes;
+        let mut sequence = 0;
+        for size in sizes {
+            let events = (0..size)
+                .map(|_| {
+                    sequence += 1;
+                    entry("a", sequence, "x")
+                })
+                .collect();
+            let (job, answer) = job(events);
             queue.send(job).unwrap();
             answers.push(answer);
         }
         drop(queue);
         run(&Arc::downgrade(&store), &jobs);
-        let lsns: Vec<_> = answers
-            .iter_mut()
-            .map(|answer| answer.try_recv().unwrap().unwrap())
-            .collect();
-        assert_eq!(lsns, [1..2, 2..3, 3..4]);
-        let records: Vec<_> = store
-            .log()
-            .iter_from(1)
-            .collect::<convlog::Result<_>>()
-            .unwrap();
-        assert_eq!(records[0].position, records[1].position);
-        assert_ne!(records[1].position, records[2].position);
+        for answer in &mut answers {
+            answer.try_recv().unwrap().unwrap();
+        }
+        assert_eq!(store.log().writer_stats().syncs, syncs + 2);
     }
 }

@@ -1031,7 +1031,7 @@ pub async fn append_events(
             }
         }
     }
-    let lsns = state.appender.append(events, text.len()).await?;
+    let lsns = state.appender.append(events).await?;
     Ok(Json(AppendEventsResponse {
         first_lsn: lsns.start,
         last_lsn: lsns.end - 1,

@@ -32,12 +32,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-/// mimalloc instead of glibc's allocator: under `convlog serve`'s load
-/// (many threads allocating and freeing requests' buffers) glibc's
-/// `malloc`/`free` took a sixth of the server's CPU (docs/performance.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Debug, Parser)]
 #[command(
     name = "convlog",

@@ -23,10 +23,6 @@ use convlog_server::{Config, Server};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
-/// The allocator of the `convlog` binary, which serves (its `main.rs`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 const CONNECTIONS: usize = 256;
 /// Appends per connection (and per thread in-process) per round.
 const APPENDS_EACH: usize = 40;

@@ -858,9 +858,9 @@ async fn events_append_in_json_form_and_resume_and_export_read_them() {
     server.stop().await;
 }
 
-/// Concurrent appends to several contexts (the server may store the
-/// batches of requests that arrive together as one): every request's LSNs
-/// name its own events, each batch's events are contiguous, and a refused
+/// Concurrent appends to several contexts (the server makes the requests
+/// that wait together durable with one sync): every request's LSNs name
+/// its own events, each batch's events are contiguous, and a refused
 /// request among them stores nothing while the others are stored.
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_appends_each_get_the_lsns_of_their_own_events() {

@@ -1031,7 +1031,13 @@ pub async fn append_events(
             }
         }
     }
-    let lsns = state.appender.append(events).await?;
+    let lsns = match &state.appender {
+        Some(appender) => appender.append(events).await?,
+        None => {
+            let store = Arc::clone(&state.store);
+            blocking(move || Ok(store.append(&events)?)).await?
+        }
+    };
     Ok(Json(AppendEventsResponse {
         first_lsn: lsns.start,
         last_lsn: lsns.end - 1,

@@ -186,11 +186,13 @@ fn in_process(dir: &std::path::Path, round: usize) -> (f64, Vec<Duration>) {
 /// time per append (the process is the server alone: this runtime's client
 /// is idle meanwhile).
 async fn serve_only(url: &str, duration: Duration, client: &reqwest::Client) {
+    // Events, not batches: the server may store the batches of requests
+    // that arrive together as one (one event per request here).
     let appended = || async {
         let metrics = client.get(format!("{url}/metrics")).send().await.unwrap();
         let text = metrics.text().await.unwrap();
         text.lines()
-            .filter(|line| line.starts_with("convlog_store_appends_total "))
+            .filter(|line| line.starts_with("convlog_store_events "))
             .filter_map(|line| line.split_whitespace().last()?.parse::<f64>().ok())
             .sum::<f64>()
     };

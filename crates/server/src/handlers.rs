@@ -1002,40 +1002,46 @@ pub async fn append_events(
             "events is empty: a batch needs at least one event",
         ));
     }
-    blocking(move || {
-        state.writable(&caller, &context_id)?;
-        let store = Arc::clone(&state.store);
-        let events =
-            convlog::json::parse_line(1, request.events.get(), &mut |conversation, evaluation| {
-                Ok(match store.conversation(conversation) {
-                    Ok(slice) => slice.next_sequence(evaluation),
-                    Err(_) => 0,
-                })
-            })?;
-        // Counted once parsed, before anything is stored.
-        check_messages(events.len())?;
-        for (index, event) in events.iter().enumerate() {
-            if event.conversation_id() != Some(context_id.as_str()) {
+    // Checked and parsed here, on the async worker (in-memory work; a
+    // conversation is read only for an entry without a sequence); the
+    // append itself goes to the appending thread, gathered with the
+    // requests that arrive meanwhile, and is answered once durable.
+    state.writable(&caller, &context_id)?;
+    let store = &state.store;
+    let events = convlog::json::parse_line(1, text, &mut |conversation, evaluation| {
+        Ok(match store.conversation(conversation) {
+            Ok(slice) => slice.next_sequence(evaluation),
+            Err(_) => 0,
+        })
+    })?;
+    // Counted once parsed, before anything is stored.
+    check_messages(events.len())?;
+    for (index, event) in events.iter().enumerate() {
+        if event.conversation_id() != Some(context_id.as_str()) {
+            return Err(ApiError::bad_request(format!(
+                "events[{index}]: conversation_id must be the context's, {context_id:?}"
+            )));
+        }
+        if let convlog::Event::Custom(custom) = event {
+            if reserved_kind(&custom.kind) {
                 return Err(ApiError::bad_request(format!(
-                    "events[{index}]: conversation_id must be the context's, {context_id:?}"
+                    "events[{index}]: custom kind {:?} is reserved to the server",
+                    custom.kind
                 )));
             }
-            if let convlog::Event::Custom(custom) = event {
-                if reserved_kind(&custom.kind) {
-                    return Err(ApiError::bad_request(format!(
-                        "events[{index}]: custom kind {:?} is reserved to the server",
-                        custom.kind
-                    )));
-                }
-            }
         }
-        let lsns = state.store.append(&events)?;
-        Ok(Json(AppendEventsResponse {
-            first_lsn: lsns.start,
-            last_lsn: lsns.end - 1,
-        }))
-    })
-    .await
+    }
+    let lsns = match &state.appender {
+        Some(appender) => appender.append(events).await?,
+        None => {
+            let store = Arc::clone(&state.store);
+            blocking(move || Ok(store.append(&events)?)).await?
+        }
+    };
+    Ok(Json(AppendEventsResponse {
+        first_lsn: lsns.start,
+        last_lsn: lsns.end - 1,
+    }))
 }
 
 /// What an evaluation of the context left to do: unfinished and finished

@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod appender;
 pub mod config;
 mod error;
 mod handlers;
@@ -69,6 +70,11 @@ pub const ERASE_REASON_CHARS_MAX: usize = 256;
 /// What the handlers share.
 pub struct AppState {
     store: Arc<Store>,
+    /// Writes the batches of `POST /contexts/{id}/events`, gathered; `None`
+    /// on a JetStream store, whose every append is a round trip to the
+    /// cluster, durable whatever the durability asked: there, appends run
+    /// on the blocking pool, many in flight at once.
+    appender: Option<appender::Appender>,
     control: MessageControl,
     tokens: Tokens,
     agents: BTreeMap<String, Arc<Runner>>,
@@ -270,6 +276,14 @@ impl Server {
         .await
         .map_err(|error| error.to_string())??;
         let store = Arc::new(store);
+        let appender = if is_store_url(store_dir) {
+            None
+        } else {
+            Some(
+                appender::Appender::start(&store)
+                    .map_err(|error| format!("could not start the appending thread: {error}"))?,
+            )
+        };
         let streams = Arc::new(stream::Streams::new(
             config.limits.streams_per_user,
             Duration::from_secs(config.limits.stream_keepalive_seconds),
@@ -304,6 +318,7 @@ impl Server {
             state: Arc::new(AppState {
                 control: MessageControl::new(Arc::clone(&store)),
                 store,
+                appender,
                 tokens,
                 agents,
                 create_lock: parking_lot::Mutex::new(()),

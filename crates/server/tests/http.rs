@@ -858,6 +858,95 @@ async fn events_append_in_json_form_and_resume_and_export_read_them() {
     server.stop().await;
 }
 
+/// Concurrent appends to several contexts (the server makes the requests
+/// that wait together durable with one sync): every request's LSNs name
+/// its own events, each batch's events are contiguous, and a refused
+/// request among them stores nothing while the others are stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_appends_each_get_the_lsns_of_their_own_events() {
+    const CONTEXTS: usize = 8;
+    const REQUESTS_EACH: usize = 8;
+    let server = TestServer::start(false).await;
+    for c in 0..CONTEXTS {
+        server.create(&format!("ctx_{c}")).await;
+    }
+    let mut requests = Vec::new();
+    for c in 0..CONTEXTS {
+        for r in 0..REQUESTS_EACH {
+            let (url, http) = (
+                format!("{}/contexts/ctx_{c}/events", server.url),
+                server.http.clone(),
+            );
+            let context = format!("ctx_{c}");
+            let entry = |k: usize, evaluation: &str| {
+                json!({"type": "conversation_recorded", "conversation_id": context,
+                "entry": {"evaluation_id": evaluation, "sequence": r * 2 + k, "role": "user", "content": format!("{context}-{r}-{k}")}})
+            };
+            // One request per context is refused by the store (an empty
+            // evaluation id in its second event).
+            let bad = r == 3;
+            let body =
+                json!({"events": [entry(0, "eval-1"), entry(1, if bad { "" } else { "eval-1" })]});
+            requests.push(tokio::spawn(async move {
+                let response = http
+                    .post(url)
+                    .bearer_auth(ALICE)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = response.status().as_u16();
+                let body: Value = response.json().await.unwrap();
+                (context, r, bad, status, body)
+            }));
+        }
+    }
+    let mut answers = Vec::new();
+    for request in requests {
+        answers.push(request.await.unwrap());
+    }
+    let dir = server.stop().await;
+    let store = convlog::store::StoreBuilder::new(dir.path().join("store"))
+        .reducer(convlog::control::ContextsReducer)
+        .open()
+        .unwrap();
+    let mut stored = 0;
+    for (context, r, bad, status, body) in answers {
+        if bad {
+            assert_eq!(status, 400, "{body}");
+            assert!(error(&body).contains("evaluation_id"), "{body}");
+            continue;
+        }
+        assert_eq!(status, 200, "{body}");
+        let first = body["first_lsn"].as_u64().unwrap();
+        assert_eq!(body["last_lsn"].as_u64().unwrap(), first + 1, "{body}");
+        let slice = store.conversation(&context).unwrap();
+        for k in 0..2 {
+            let lsn = first + k as u64;
+            let recorded = slice.recorded_iter().find(|recorded| recorded.lsn == lsn);
+            assert_eq!(
+                recorded.and_then(|recorded| recorded.entry.content.clone()),
+                Some(format!("{context}-{r}-{k}")),
+                "LSN {lsn}"
+            );
+        }
+        stored += 2;
+    }
+    assert_eq!(stored, CONTEXTS * (REQUESTS_EACH - 1) * 2);
+    for c in 0..CONTEXTS {
+        let entries = store
+            .conversation(&format!("ctx_{c}"))
+            .unwrap()
+            .entries()
+            .count();
+        assert_eq!(
+            entries,
+            (REQUESTS_EACH - 1) * 2,
+            "nothing of the refused batch is stored"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_requests_by_route_and_status() {
     let server = TestServer::start(false).await;

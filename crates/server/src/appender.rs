@@ -16,7 +16,8 @@
 
 use std::ops::Range;
 use std::sync::mpsc;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
 
 use axum::http::StatusCode;
 use convlog::log::Lsn;
@@ -40,23 +41,47 @@ struct Job {
     reply: oneshot::Sender<Answer>,
 }
 
-/// The handle the handlers append through; the thread ends when it is
-/// dropped (with the server's state).
+/// What the thread's queue carries.
+enum Message {
+    Job(Job),
+    /// Finish the jobs queued before this one, then end.
+    Stop,
+}
+
+/// The handle the handlers append through; the thread ends at
+/// [`Appender::shut_down`], or when the handle is dropped (with the
+/// server's state).
 pub struct Appender {
-    queue: mpsc::Sender<Job>,
+    queue: mpsc::Sender<Message>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Appender {
     /// Starts the appending thread for `store`. The thread holds the store
-    /// weakly, so it never keeps a stopped server's store (and its lock)
-    /// open.
+    /// weakly between groups, so it never keeps a stopped server's store
+    /// (and its lock) open.
     pub fn start(store: &Arc<Store>) -> std::io::Result<Appender> {
         let (queue, jobs) = mpsc::channel();
         let store = Arc::downgrade(store);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("convlog-appender".to_string())
             .spawn(move || run(&store, &jobs))?;
-        Ok(Appender { queue })
+        Ok(Appender {
+            queue,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Appends and answers what was queued before this call, then ends the
+    /// thread and waits for it (blocking): afterwards the thread holds no
+    /// reference to the store, so a stopped server releases the store's
+    /// lock when it drops its own. Requests queued later are answered 503.
+    pub fn shut_down(&self) {
+        let _ = self.queue.send(Message::Stop);
+        let thread = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
     }
 
     /// Appends `events` (one request's batch) as one atomic batch; resolves
@@ -65,7 +90,7 @@ impl Appender {
     pub async fn append(&self, events: Vec<Event>) -> Answer {
         let (reply, answer) = oneshot::channel();
         self.queue
-            .send(Job { events, reply })
+            .send(Message::Job(Job { events, reply }))
             .map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
@@ -82,19 +107,24 @@ fn stopped() -> ApiError {
 
 /// The thread: takes every job queued (up to the limit), appends them,
 /// syncs, answers each; until the queue's senders are gone.
-fn run(store: &Weak<Store>, jobs: &mpsc::Receiver<Job>) {
+fn run(store: &Weak<Store>, jobs: &mpsc::Receiver<Message>) {
     let mut carried: Option<Job> = None;
-    loop {
+    let mut stopping = false;
+    while !stopping {
         let first = match carried.take() {
             Some(job) => job,
             None => match jobs.recv() {
-                Ok(job) => job,
-                Err(mpsc::RecvError) => return,
+                Ok(Message::Job(job)) => job,
+                Ok(Message::Stop) | Err(mpsc::RecvError) => return,
             },
         };
         let mut events = first.events.len();
         let mut group = vec![first];
-        while let Ok(job) = jobs.try_recv() {
+        while let Ok(message) = jobs.try_recv() {
+            let Message::Job(job) = message else {
+                stopping = true;
+                break;
+            };
             if events + job.events.len() > GATHERED_EVENTS_MAX {
                 carried = Some(job);
                 break;
@@ -107,6 +137,12 @@ fn run(store: &Weak<Store>, jobs: &mpsc::Receiver<Job>) {
             return;
         };
         append_group(&store, group);
+        // `store` is dropped here, before the next wait: between groups the
+        // thread holds the store only weakly.
+    }
+    // Stopping: a job carried over the limit is still answered.
+    if let (Some(job), Some(store)) = (carried, store.upgrade()) {
+        append_group(&store, vec![job]);
     }
 }
 
@@ -250,7 +286,7 @@ mod tests {
                 })
                 .collect();
             let (job, answer) = job(events);
-            queue.send(job).unwrap();
+            queue.send(Message::Job(job)).unwrap();
             answers.push(answer);
         }
         drop(queue);
@@ -259,5 +295,39 @@ mod tests {
             answer.try_recv().unwrap().unwrap();
         }
         assert_eq!(store.log().writer_stats().syncs, syncs + 2);
+    }
+
+    /// After `shut_down` the thread is gone and holds no reference to the
+    /// store (the server's stop releases the store's lock with its own;
+    /// before, the thread could still hold the store for a moment after it
+    /// had answered, and a store reopened at once found it locked); a
+    /// request queued afterwards is answered "stopping", not left waiting.
+    #[test]
+    fn after_shut_down_the_thread_holds_no_store_and_later_requests_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(dir.path(), StoreOptions::default()).unwrap());
+        let appender = Appender::start(&store).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for round in 0..20 {
+            let lsns = runtime
+                .block_on(appender.append(vec![entry("a", round, "x")]))
+                .unwrap();
+            assert_eq!(lsns, round + 1..round + 2);
+        }
+        appender.shut_down();
+        assert_eq!(Arc::strong_count(&store), 1, "the thread holds the store");
+        assert!(appender.thread.lock().unwrap().is_none());
+        let refused = runtime
+            .block_on(appender.append(vec![entry("a", 20, "late")]))
+            .unwrap_err();
+        assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+        drop(appender);
+        let store = Arc::into_inner(store).expect("the only reference");
+        drop(store);
+        // The lock is free: the store opens again.
+        let reopened = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        assert_eq!(contents(&reopened, "a").len(), 20);
     }
 }

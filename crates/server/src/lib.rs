@@ -435,9 +435,17 @@ impl Server {
                 tracing::warn!("requests still in flight after {SHUTDOWN_GRACE:?}: stopping anyway");
             }
         }
+        let state = Arc::clone(&self.state);
         let store = Arc::clone(&self.state.store);
         let checkpoint = self.state.checkpoint_on_stop;
         tokio::task::spawn_blocking(move || {
+            // The appending thread answers what it holds, then ends: it
+            // keeps no reference to the store past this point, so the
+            // store's lock goes with the server's own.
+            if let Some(appender) = &state.appender {
+                appender.shut_down();
+            }
+            drop(state);
             store.sync()?;
             // The last checkpoint covers everything the server wrote.
             if checkpoint {

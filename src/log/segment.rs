@@ -324,7 +324,10 @@ fn prepare_ahead(
         if state.stop {
             return;
         }
-        let target = state.claimed.saturating_add(PREWRITE_AHEAD_BYTES).min(limit);
+        let target = state
+            .claimed
+            .saturating_add(PREWRITE_AHEAD_BYTES)
+            .min(limit);
         if state.prepared >= target {
             if state.prepared >= limit {
                 return;

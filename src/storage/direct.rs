@@ -49,7 +49,8 @@ impl AlignedBuf {
             let old_skip = self.skip();
             let new_skip = grown.as_ptr().align_offset(BLOCK);
             let kept = self.bytes.len().saturating_sub(old_skip).min(BLOCK);
-            grown[new_skip..new_skip + kept].copy_from_slice(&self.bytes[old_skip..old_skip + kept]);
+            grown[new_skip..new_skip + kept]
+                .copy_from_slice(&self.bytes[old_skip..old_skip + kept]);
             self.bytes = grown;
         }
         let skip = self.skip();
@@ -59,7 +60,10 @@ impl AlignedBuf {
     fn skip(&self) -> usize {
         // For bytes `align_offset` always computes the offset; the vector
         // holds a whole block more than asked for, so it fits.
-        self.bytes.as_ptr().align_offset(BLOCK).min(self.bytes.len())
+        self.bytes
+            .as_ptr()
+            .align_offset(BLOCK)
+            .min(self.bytes.len())
     }
 }
 
@@ -206,7 +210,9 @@ impl DirectWriter {
                         return file.write_all_at(&vec![0; (end - at) as usize], at);
                     }
                     Err(Errno::INTR) => {}
-                    Err(Errno::INVAL) => return file.write_all_at(&vec![0; (end - at) as usize], at),
+                    Err(Errno::INVAL) => {
+                        return file.write_all_at(&vec![0; (end - at) as usize], at)
+                    }
                     Err(error) => return Err(error.into()),
                 },
                 None => {

@@ -632,12 +632,19 @@ mod tests {
                 file.sync_data().unwrap();
                 expected.extend_from_slice(&buffered);
             }
-            let frame: Vec<u8> = (0..length).map(|byte| (byte * 7 + index + 1) as u8 | 1).collect();
-            file.write_durable_at(&frame, expected.len() as u64).unwrap();
+            let frame: Vec<u8> = (0..length)
+                .map(|byte| (byte * 7 + index + 1) as u8 | 1)
+                .collect();
+            file.write_durable_at(&frame, expected.len() as u64)
+                .unwrap();
             expected.extend_from_slice(&frame);
             let on_disk = std::fs::read(path).unwrap();
             assert!(on_disk.len() >= expected.len());
-            assert_eq!(&on_disk[..expected.len()], &expected[..], "after frame {index}");
+            assert_eq!(
+                &on_disk[..expected.len()],
+                &expected[..],
+                "after frame {index}"
+            );
             assert!(
                 on_disk[expected.len()..].iter().all(|&byte| byte == 0),
                 "zeros past the data after frame {index}"
@@ -686,7 +693,11 @@ mod tests {
         // As a file system without O_DIRECT (EINVAL) leaves it.
         file.direct.refuse();
         durable_appends_read_back(&file, &path);
-        assert_eq!(file.direct.goes_direct(), None, "no direct descriptor was opened");
+        assert_eq!(
+            file.direct.goes_direct(),
+            None,
+            "no direct descriptor was opened"
+        );
     }
 
     #[test]

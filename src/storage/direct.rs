@@ -160,7 +160,7 @@ impl DirectWriter {
             let slice = [io::IoSlice::new(&image[done..padded])];
             match rustix::io::pwritev2(fd, &slice, start + done as u64, ReadWriteFlags::DSYNC) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(written) if written % BLOCK == 0 || done + written == padded => done += written,
+                Ok(written) if written.is_multiple_of(BLOCK) || done + written == padded => done += written,
                 Ok(written) => {
                     return Err(io::Error::other(format!(
                         "durable direct write at {start}: {written} bytes written, not a whole number of blocks"
@@ -191,7 +191,8 @@ impl DirectWriter {
     /// direct writes where the range is aligned and the file system takes
     /// them, else by `pwrite` on `file`. Makes nothing durable.
     pub(super) fn write_zeros(&self, file: &File, offset: u64, len: u64) -> io::Result<()> {
-        let aligned = offset % DIRECT_BLOCK_BYTES == 0 && len % DIRECT_BLOCK_BYTES == 0;
+        let aligned =
+            offset.is_multiple_of(DIRECT_BLOCK_BYTES) && len.is_multiple_of(DIRECT_BLOCK_BYTES);
         let chunk = (len as usize).min(ZERO_WRITE_BYTES);
         let mut zeros = AlignedBuf::default();
         let zeros = zeros.get(chunk);
@@ -203,7 +204,7 @@ impl DirectWriter {
             match direct {
                 Some(fd) => match rustix::io::pwrite(fd, &zeros[..this], at) {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(written) if written % BLOCK == 0 => at += written as u64,
+                    Ok(written) if written.is_multiple_of(BLOCK) => at += written as u64,
                     Ok(written) => {
                         // Unaligned remainder: finish it buffered.
                         at += written as u64;

@@ -27,9 +27,14 @@ pub const PREALLOCATION_STEP_BYTES: u64 = 1 << 20;
 /// space ahead of the frames (`StorageFile::prewrite`: allocated, written
 /// with zeros, made durable) in chunks of this size, so that a commit
 /// writes into blocks the file system has already written and converts no
-/// unwritten extent. The chunks never share a page with written frames:
-/// the writer claims space in whole chunks.
+/// unwritten extent. Chunks end on multiples of this size (the first one
+/// starts where the writer's claim ends).
 pub const PREWRITE_CHUNK_BYTES: u64 = 1 << 20;
+/// The writer claims the segment's space up to its writes' end rounded up
+/// to a multiple of this (at least any page size, and a multiple of
+/// `storage::DIRECT_BLOCK_BYTES`), so the preparing thread never writes
+/// into a page the writer's bytes share.
+pub const PREWRITE_CLAIM_BYTES: u64 = 64 * 1024;
 /// How far past the frames the background thread prepares space.
 pub const PREWRITE_AHEAD_BYTES: u64 = 4 << 20;
 
@@ -182,7 +187,7 @@ pub(crate) struct PreallocatedFile {
 #[derive(Debug, Default)]
 struct PrewriteState {
     /// The writer writes below this (its writes' ends, rounded up to a
-    /// chunk): the thread never writes there.
+    /// multiple of `PREWRITE_CLAIM_BYTES`): the thread never writes there.
     claimed: u64,
     /// The thread prepared the space below this (or the writer claimed it).
     prepared: u64,
@@ -239,7 +244,7 @@ impl PreallocatedFile {
     /// thread is preparing there, if any, and keeps the thread above it.
     /// With `durable`, starts the thread if it does not run yet.
     fn claim(&self, end: u64, durable: bool) {
-        let claim = end.div_ceil(PREWRITE_CHUNK_BYTES) * PREWRITE_CHUNK_BYTES;
+        let claim = end.div_ceil(PREWRITE_CLAIM_BYTES) * PREWRITE_CLAIM_BYTES;
         let mut state = self.prewrite.state.lock();
         while state.busy.is_some_and(|(from, _)| from < claim) {
             self.prewrite.changed.wait(&mut state);
@@ -336,7 +341,7 @@ fn prepare_ahead(
             continue;
         }
         let from = state.prepared;
-        let to = (from + PREWRITE_CHUNK_BYTES).min(limit);
+        let to = ((from / PREWRITE_CHUNK_BYTES + 1) * PREWRITE_CHUNK_BYTES).min(limit);
         state.busy = Some((from, to));
         let result = parking_lot::MutexGuard::unlocked(&mut state, || {
             let result = inner.prewrite(from, to - from);

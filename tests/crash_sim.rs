@@ -30,10 +30,7 @@
 //! a crash expose stale bytes of space a truncation freed, and
 //! `CONVLOG_SIM_NESTED=1` lets the log create the store's parent directory
 //! too: both once found library gaps, now fixed (see the regression tests
-//! at the end). `CONVLOG_SIM_PREWRITE=1` models the space the log prepares
-//! ahead of the frames on a background thread (`SimStorage::set_prewrite`;
-//! its operations interleave with the seed's by timing). A failure prints
-//! the seed,
+//! at the end). A failure prints the seed,
 //! the step and the operations that led there. Half the seeds have steps
 //! with concurrent appenders: those replay the same operations but not
 //! necessarily the same thread timing (`CONVLOG_SIM_REPEAT=N` replays the
@@ -278,7 +275,6 @@ impl Sim {
         let mut rng = Rng::new(seed);
         let storage = SimStorage::new(rng.next_u64());
         storage.set_stale_reuse(std::env::var("CONVLOG_SIM_STALE").is_ok());
-        storage.set_prewrite(std::env::var("CONVLOG_SIM_PREWRITE").is_ok());
         let threads = rng.below(2) == 0;
         Sim {
             seed,

@@ -16,7 +16,10 @@
 //!    `fdatasync` loop, interleaved, fresh store per round, medians; beside
 //!    them the raw loop writing in place (into `fallocate`d space, into
 //!    zero-filled space) and through `O_DIRECT | O_DSYNC` into zero-filled
-//!    space, the floors a log could build on.
+//!    space, the floors a log could build on; and the writer `Sync`
+//!    committing with a write and an `fdatasync` instead of a durable direct
+//!    write, into allocated space (as before prepared space) and into
+//!    prepared space (a storage wrapper in this file).
 //! 5. Many writers (issue 15): convlog `Group` against a naive leader group
 //!    commit (one mutex, the leader takes the whole buffer, `write` +
 //!    `fdatasync`, `notify_all`) and SQLite (WAL, `synchronous=FULL`, one
@@ -567,6 +570,10 @@ struct WritePath {
     pwrite: bool,
     /// Ignores `start_writeback` (the writer's early writeback off).
     no_writeback: bool,
+    /// Durable commits as `write_all_at` + `sync_data` (no direct write).
+    no_direct: bool,
+    /// No space prepared ahead of the frames (`prewrite` declined).
+    no_prewrite: bool,
 }
 
 /// The real file system, with a file's writes or writeback hints changed
@@ -615,6 +622,21 @@ impl convlog::storage::StorageFile for BenchFile {
             Ok(())
         } else {
             self.inner.start_writeback(offset, len)
+        }
+    }
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        if self.path.pwrite || self.path.no_direct {
+            self.write_all_at(buf, offset)?;
+            self.sync_data()
+        } else {
+            self.inner.write_durable_at(buf, offset)
+        }
+    }
+    fn prewrite(&self, offset: u64, len: u64) -> std::io::Result<bool> {
+        if self.path.no_prewrite {
+            Ok(false)
+        } else {
+            self.inner.prewrite(offset, len)
         }
     }
 }
@@ -711,6 +733,8 @@ fn bench_none(duration: Duration) -> BenchResult<Vec<NoneRow>> {
     let pwrite = WritePath {
         pwrite: true,
         no_writeback: false,
+        no_direct: false,
+        no_prewrite: false,
     };
     let variants: [(&'static str, u64, Option<WritePath>, usize); 6] = [
         (
@@ -731,6 +755,8 @@ fn bench_none(duration: Duration) -> BenchResult<Vec<NoneRow>> {
             Some(WritePath {
                 pwrite: false,
                 no_writeback: true,
+                no_direct: false,
+                no_prewrite: false,
             }),
             1,
         ),
@@ -740,6 +766,8 @@ fn bench_none(duration: Duration) -> BenchResult<Vec<NoneRow>> {
             Some(WritePath {
                 pwrite: true,
                 no_writeback: true,
+                no_direct: false,
+                no_prewrite: false,
             }),
             1,
         ),
@@ -938,7 +966,8 @@ fn bench_one_writer(duration: Duration) -> BenchResult<()> {
         "raw in place (allocated)",
         "raw in place (zero-filled)",
         "raw O_DIRECT|O_DSYNC (zero-filled)",
-        "convlog Sync, pwrite (no map)",
+        "convlog Sync, write+fdatasync, allocated",
+        "convlog Sync, write+fdatasync, prepared",
     ];
     let mut figures: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
     let mut header = vec!["round"];
@@ -946,7 +975,7 @@ fn bench_one_writer(duration: Duration) -> BenchResult<()> {
     header.push("fsyncs/append (Sync)");
     let mut per_round = Table::new(&header);
     for round in 0..rounds {
-        let mut values = [0.0; 8];
+        let mut values = [0.0; 9];
         let mut sync_fsyncs = 0.0;
         for step in 0..names.len() {
             let which = (step + round) % names.len();
@@ -969,13 +998,17 @@ fn bench_one_writer(duration: Duration) -> BenchResult<()> {
                 5 => raw_zero_filled(&pool, duration, false)?.ops_per_sec(),
                 6 => raw_zero_filled(&pool, duration, true)?.ops_per_sec(),
                 _ => {
-                    // The same writer with its file's writes made by
-                    // `pwrite` instead of the map (the bench's storage).
+                    // The same writer committing with a write and an
+                    // fdatasync instead of a durable direct write, into
+                    // allocated space (as before prepared space) or into
+                    // prepared space (the bench's storage).
                     let storage: std::sync::Arc<dyn convlog::storage::Storage> =
                         std::sync::Arc::new(BenchStorage {
                             path: WritePath {
-                                pwrite: true,
+                                pwrite: false,
                                 no_writeback: false,
+                                no_direct: true,
+                                no_prewrite: which == 7,
                             },
                         });
                     let options = log_options(Durability::Sync).storage(storage);

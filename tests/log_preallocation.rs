@@ -369,3 +369,71 @@ fn none_appends_start_writeback_as_the_segment_fills_durable_ones_do_not() {
         assert_eq!(sim_records(&storage).len(), 300);
     }
 }
+
+/// Durable commits on the real file system: a background thread prepares
+/// the active segment's space ahead of the frames (the file grows past the
+/// writer's own 1 MiB allocation steps, with zeros), the commits are direct
+/// writes that readers in the process and from the directory see, the
+/// segment rolls with its prepared space cut, and a clean close cuts the
+/// active one too.
+#[test]
+fn durable_commits_write_into_space_prepared_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = || LogOptions::new().segment_bytes_max(6 << 20);
+    let frame = |index: usize| {
+        let mut bytes = vec![(index % 251) as u8 | 1; 700];
+        bytes[..8].copy_from_slice(&(index as u64).to_le_bytes());
+        bytes
+    };
+    let mut appended = 0;
+    {
+        let log = Log::open(dir.path(), options()).unwrap();
+        let segment = segment_paths(dir.path())[0].clone();
+        // Wait on the state the thread leaves, not on time: the file
+        // reaches past the writer's own allocation step.
+        let mut prepared = false;
+        while !prepared {
+            assert!(
+                appended < 10_000,
+                "no space was prepared ahead of the frames"
+            );
+            log.append_with(&[frame(appended)], Durability::Sync)
+                .unwrap();
+            appended += 1;
+            let length = std::fs::metadata(&segment).unwrap().len();
+            prepared = length >= data_end(&segment) + (2 << 20);
+        }
+        let bytes = std::fs::read(&segment).unwrap();
+        let end = data_end(&segment) as usize;
+        assert!(
+            bytes[end..].iter().all(|&byte| byte == 0),
+            "prepared space is zeros"
+        );
+        // The newest frame, read back in the process right after its commit.
+        let last = log.reader().iter().last().unwrap().unwrap();
+        assert_eq!(last.payload, frame(appended - 1));
+        while log.writer_stats().rolls == 0 {
+            log.append_with(&[frame(appended)], Durability::Group)
+                .unwrap();
+            appended += 1;
+        }
+        let sealed = segment_paths(dir.path())[0].clone();
+        assert_eq!(std::fs::metadata(&sealed).unwrap().len(), data_end(&sealed));
+        for _ in 0..10 {
+            log.append_with(&[frame(appended)], Durability::Sync)
+                .unwrap();
+            appended += 1;
+        }
+    }
+    for segment in segment_paths(dir.path()) {
+        assert_eq!(
+            std::fs::metadata(&segment).unwrap().len(),
+            data_end(&segment)
+        );
+    }
+    let records = read_all(dir.path());
+    assert_eq!(records.len(), appended);
+    for (index, record) in records.iter().enumerate() {
+        assert_eq!(record.payload, frame(index), "record {index}");
+    }
+}

@@ -23,6 +23,20 @@ const SEGMENT_NAME_DIGITS: usize = 20;
 /// data into space the file already has and carries no size change (but
 /// the first after each step, which makes the step's allocation durable).
 pub const PREALLOCATION_STEP_BYTES: u64 = 1 << 20;
+/// Once a segment takes durable commits, a background thread prepares its
+/// space ahead of the frames (`StorageFile::prewrite`: allocated, written
+/// with zeros, made durable) in chunks of this size, so that a commit
+/// writes into blocks the file system has already written and converts no
+/// unwritten extent. Chunks end on multiples of this size (the first one
+/// starts where the writer's claim ends).
+pub const PREWRITE_CHUNK_BYTES: u64 = 1 << 20;
+/// The writer claims the segment's space up to its writes' end rounded up
+/// to a multiple of this (at least any page size, and a multiple of
+/// `storage::DIRECT_BLOCK_BYTES`), so the preparing thread never writes
+/// into a page the writer's bytes share.
+pub const PREWRITE_CLAIM_BYTES: u64 = 64 * 1024;
+/// How far past the frames the background thread prepares space.
+pub const PREWRITE_AHEAD_BYTES: u64 = 4 << 20;
 
 /// Under `Durability::None` and `Periodic`, the writer starts the
 /// writeback of the active segment's written bytes whenever this many have
@@ -151,13 +165,44 @@ pub fn create(
 /// Bytes past the last frame are zeros (allocated, not yet written): the
 /// file's length is no longer the end of its data. Recovery and readers
 /// find the end by the frames (see `docs/format.md`).
+///
+/// Space ahead of the frames is also *prepared* (written with zeros, made
+/// durable) by a background thread once the segment takes durable writes
+/// (`write_durable_at`); see [`PREWRITE_CHUNK_BYTES`]. The thread writes
+/// only in chunks above every byte the writer wrote or is writing, and is
+/// stopped (its chunk in progress finished) before the file is cut or the
+/// handle dropped.
 pub(crate) struct PreallocatedFile {
     inner: Arc<dyn StorageFile>,
     path: PathBuf,
     /// Allocate up to this length at most (the segment size limit).
     limit: u64,
     /// The length allocated so far (the file's length when wrapped).
-    allocated: Mutex<u64>,
+    allocated: Arc<Mutex<u64>>,
+    /// The space preparation shared with its thread.
+    prewrite: Arc<Prewrite>,
+}
+
+/// The writer's and the preparing thread's claims on a segment's space.
+#[derive(Debug, Default)]
+struct PrewriteState {
+    /// The writer writes below this (its writes' ends, rounded up to a
+    /// multiple of `PREWRITE_CLAIM_BYTES`): the thread never writes there.
+    claimed: u64,
+    /// The thread prepared the space below this (or the writer claimed it).
+    prepared: u64,
+    /// The chunk the thread is writing now.
+    busy: Option<(u64, u64)>,
+    /// The thread runs (started at the first durable write).
+    started: bool,
+    /// The thread must stop (the file is being cut, or dropped).
+    stop: bool,
+}
+
+#[derive(Debug, Default)]
+struct Prewrite {
+    state: Mutex<PrewriteState>,
+    changed: parking_lot::Condvar,
 }
 
 impl std::fmt::Debug for PreallocatedFile {
@@ -190,8 +235,50 @@ impl PreallocatedFile {
             inner,
             path,
             limit,
-            allocated: Mutex::new(allocated),
+            allocated: Arc::new(Mutex::new(allocated)),
+            prewrite: Arc::new(Prewrite::default()),
         })
+    }
+
+    /// Claims the space up to `end` for the writer: waits for the chunk the
+    /// thread is preparing there, if any, and keeps the thread above it.
+    /// With `durable`, starts the thread if it does not run yet.
+    fn claim(&self, end: u64, durable: bool) {
+        let claim = end.div_ceil(PREWRITE_CLAIM_BYTES) * PREWRITE_CLAIM_BYTES;
+        let mut state = self.prewrite.state.lock();
+        while state.busy.is_some_and(|(from, _)| from < claim) {
+            self.prewrite.changed.wait(&mut state);
+        }
+        if claim > state.claimed {
+            state.claimed = claim;
+            state.prepared = state.prepared.max(claim);
+            self.prewrite.changed.notify_all();
+        }
+        if durable && !state.started && !state.stop {
+            state.started = true;
+            let prewrite = Arc::clone(&self.prewrite);
+            let inner = Arc::clone(&self.inner);
+            let allocated = Arc::clone(&self.allocated);
+            let limit = self.limit;
+            let path = self.path.clone();
+            let spawned = std::thread::Builder::new()
+                .name("convlog-prewrite".into())
+                .spawn(move || prepare_ahead(&prewrite, inner.as_ref(), &allocated, limit, &path));
+            if let Err(error) = spawned {
+                tracing::debug!(error = %error, "could not start the thread that prepares segment space");
+            }
+        }
+    }
+
+    /// Stops the preparing thread (waiting for its chunk in progress): from
+    /// now on nothing writes into the file but the writer.
+    pub(crate) fn stop_preparing(&self) {
+        let mut state = self.prewrite.state.lock();
+        state.stop = true;
+        self.prewrite.changed.notify_all();
+        while state.busy.is_some() {
+            self.prewrite.changed.wait(&mut state);
+        }
     }
 
     /// Allocates the step that holds `end`. A failed allocation (a full
@@ -220,10 +307,75 @@ impl PreallocatedFile {
     }
 }
 
+impl Drop for PreallocatedFile {
+    fn drop(&mut self) {
+        self.stop_preparing();
+    }
+}
+
+/// The preparing thread: keeps the space from the writer's claim to
+/// [`PREWRITE_AHEAD_BYTES`] past it prepared, one chunk at a time, until
+/// stopped, the segment's limit is reached, or the storage has nothing to
+/// gain (or fails: the writer then allocates as without it).
+fn prepare_ahead(
+    prewrite: &Prewrite,
+    inner: &dyn StorageFile,
+    allocated: &Mutex<u64>,
+    limit: u64,
+    path: &std::path::Path,
+) {
+    let mut state = prewrite.state.lock();
+    loop {
+        if state.stop {
+            return;
+        }
+        let target = state
+            .claimed
+            .saturating_add(PREWRITE_AHEAD_BYTES)
+            .min(limit);
+        if state.prepared >= target {
+            if state.prepared >= limit {
+                return;
+            }
+            prewrite.changed.wait(&mut state);
+            continue;
+        }
+        let from = state.prepared;
+        let to = ((from / PREWRITE_CHUNK_BYTES + 1) * PREWRITE_CHUNK_BYTES).min(limit);
+        state.busy = Some((from, to));
+        let result = parking_lot::MutexGuard::unlocked(&mut state, || {
+            let result = inner.prewrite(from, to - from);
+            if let Ok(true) = result {
+                let mut allocated = allocated.lock();
+                *allocated = (*allocated).max(to);
+            }
+            result
+        });
+        state.busy = None;
+        state.prepared = state.prepared.max(to);
+        prewrite.changed.notify_all();
+        match result {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(error) => {
+                tracing::debug!(segment = %path.display(), error = %error, "could not prepare segment space; allocating as the frames come");
+                return;
+            }
+        }
+    }
+}
+
 impl StorageFile for PreallocatedFile {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.claim(offset + buf.len() as u64, false);
         self.allocate_through(offset + buf.len() as u64)?;
         self.inner.write_all_at(buf, offset)
+    }
+
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.claim(offset + buf.len() as u64, true);
+        self.allocate_through(offset + buf.len() as u64)?;
+        self.inner.write_durable_at(buf, offset)
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -239,6 +391,9 @@ impl StorageFile for PreallocatedFile {
     }
 
     fn set_len(&self, len: u64) -> io::Result<()> {
+        // The file is cut (sealed, or after a poisoning): nothing else may
+        // write into it.
+        self.stop_preparing();
         let mut allocated = self.allocated.lock();
         let result = self.inner.set_len(len);
         // Whatever happened, allocate again before writing past `len`.

@@ -58,7 +58,8 @@ pub struct WriterStats {
     pub frames: u64,
     /// Positioned writes issued.
     pub writes: u64,
-    /// `fdatasync` calls issued.
+    /// `fdatasync` calls issued, and durable direct writes (a commit
+    /// written and made durable by one call, with no `fdatasync`).
     pub syncs: u64,
     /// Segments created after the first.
     pub rolls: u64,
@@ -68,6 +69,10 @@ struct State {
     active_first_lsn: Lsn,
     active_path: PathBuf,
     active_file: Arc<dyn StorageFile>,
+    /// The active segment's space management (the same file as
+    /// `active_file`), whose preparing thread is stopped before the
+    /// segment is cut; `None` if its length could not be read.
+    active_space: Option<Arc<segment::PreallocatedFile>>,
     /// Bytes of the active segment including frames still in `pending`.
     active_assigned_bytes: u64,
     next_lsn: Lsn,
@@ -309,6 +314,17 @@ pub(crate) struct ChainHead {
     pub(crate) epoch: Option<u32>,
 }
 
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Readers may keep the active segment's handle: its preparing
+        // thread stops with the writer, so that a writer opened next on
+        // the same store never shares the file with it.
+        if let Some(space) = &self.state.get_mut().active_space {
+            space.stop_preparing();
+        }
+    }
+}
+
 pub(crate) struct Writer {
     dir: PathBuf,
     /// The store identity every new segment header carries.
@@ -333,7 +349,7 @@ impl Writer {
     ) -> Writer {
         let active_bytes = recovered.active_bytes;
         let next_lsn = recovered.report.next_lsn;
-        let active_file = preallocated(
+        let (active_file, active_space) = preallocated(
             Arc::clone(&recovered.active_file),
             &recovered.active.path,
             options.segment_bytes_max,
@@ -347,6 +363,7 @@ impl Writer {
                 active_first_lsn: recovered.active.first_lsn,
                 active_path: recovered.active.path.clone(),
                 active_file,
+                active_space,
                 active_assigned_bytes: active_bytes,
                 next_lsn,
                 chain_crc: recovered.active_chain_crc,
@@ -584,6 +601,9 @@ impl Writer {
         if !state.pending.is_empty() || state.durable_lsn < state.written_lsn {
             return Ok(());
         }
+        if let Some(space) = &state.active_space {
+            space.stop_preparing();
+        }
         segment::trim_to_data(state.active_file.as_ref(), state.written_bytes).map_err(Error::io(
             "cut the preallocated space of",
             &state.active_path,
@@ -693,12 +713,23 @@ impl Writer {
             let offset = state.written_bytes;
             let end_lsn = state.next_lsn;
             let file = Arc::clone(&state.active_file);
+            // A durable commit over a file whose every written byte is
+            // durable already is one durable write (a direct write where
+            // the storage has it; `StorageFile::write_durable_at`), with no
+            // separate fdatasync. After writes of `None`/`Periodic` appends
+            // not yet synced, it is a write and an fdatasync of everything.
+            let direct = durable && state.durable_bytes == state.written_bytes;
             let writeback = if durable {
                 None
             } else {
                 self.writeback_range(state, offset + buffer.len() as u64)
             };
-            let result = MutexGuard::unlocked(state, || {
+            let (result, took) = MutexGuard::unlocked(state, || {
+                let started = Instant::now();
+                if direct {
+                    let result = file.write_durable_at(&buffer, offset);
+                    return (result, started.elapsed());
+                }
                 let result = file.write_all_at(&buffer, offset);
                 if let (Ok(()), Some((from, to))) = (&result, writeback) {
                     // A hint: a failure shows at the next fdatasync.
@@ -706,7 +737,7 @@ impl Writer {
                         tracing::debug!(error = %error, "could not start the segment's writeback");
                     }
                 }
-                result
+                (result, started.elapsed())
             });
             state.writing = false;
             state.stats.writes += 1;
@@ -717,12 +748,21 @@ impl Writer {
                 Ok(()) => {
                     state.written_bytes = offset + buffer.len() as u64;
                     state.written_lsn = end_lsn;
+                    if direct {
+                        state.last_sync = took;
+                        state.stats.syncs += 1;
+                        state.durable_bytes = state.written_bytes;
+                        state.durable_lsn = end_lsn;
+                        let covered = std::mem::take(&mut state.unsynced);
+                        opened += open_cohorts(state, covered, GATE_DURABLE);
+                    }
                     self.view
                         .publish_active(state.written_bytes, state.written_lsn);
                     let mut buffer = buffer;
                     buffer.clear();
                     state.spare = buffer;
                 }
+                Err(error) if direct => self.poison(state, "durable write to", &error),
                 Err(error) => self.poison(state, "write to", &error),
             }
         }
@@ -1004,6 +1044,10 @@ impl Writer {
         // Everything written is durable: so is every cohort waiting for it.
         let covered = std::mem::take(&mut state.unsynced);
         open_cohorts(state, covered, GATE_DURABLE);
+        // Nothing but the writer may write into the file from here on.
+        if let Some(space) = &state.active_space {
+            space.stop_preparing();
+        }
         // The segment is sealed only once its file ends at its last frame.
         if let Err(error) = segment::trim_to_data(file.as_ref(), state.written_bytes) {
             return self.fail_under_lock(state, "cut the preallocated space of", &error);
@@ -1021,7 +1065,7 @@ impl Writer {
                 state.chain_crc = header_crc;
                 let sealed_path = std::mem::replace(&mut state.active_path, created.path.clone());
                 state.active_first_lsn = created.first_lsn;
-                state.active_file = preallocated(
+                (state.active_file, state.active_space) = preallocated(
                     Arc::from(handle),
                     &created.path,
                     self.options.segment_bytes_max,
@@ -1079,12 +1123,20 @@ fn open_cohorts(
 /// The active segment `file` as the writer writes it: its space allocated
 /// ahead of the frames (`segment::PreallocatedFile`). A file whose length
 /// cannot be read is written as it is (appending).
-fn preallocated(file: Arc<dyn StorageFile>, path: &Path, limit: u64) -> Arc<dyn StorageFile> {
+/// Also returns the wrapper itself, whose preparing thread the writer stops.
+fn preallocated(
+    file: Arc<dyn StorageFile>,
+    path: &Path,
+    limit: u64,
+) -> (Arc<dyn StorageFile>, Option<Arc<segment::PreallocatedFile>>) {
     match segment::PreallocatedFile::new(Arc::clone(&file), path.to_path_buf(), limit) {
-        Ok(wrapped) => Arc::new(wrapped),
+        Ok(wrapped) => {
+            let wrapped = Arc::new(wrapped);
+            (Arc::clone(&wrapped) as Arc<dyn StorageFile>, Some(wrapped))
+        }
         Err(error) => {
             tracing::debug!(segment = %path.display(), error = %error, "cannot preallocate segment space; appending");
-            file
+            (file, None)
         }
     }
 }

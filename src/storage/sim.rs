@@ -19,6 +19,21 @@
 //!   independent, any order in which non-overlapping writes could have
 //!   reached the disk is covered (overlapping writes keep their order: the
 //!   later one replaced the earlier in the page cache).
+//! - `StorageFile::write_durable_at` is a durable direct write (`O_DIRECT`
+//!   with `RWF_DSYNC` on the real file system): the aligned blocks
+//!   ([`DIRECT_BLOCK_BYTES`]) the bytes land in are written from the file's
+//!   bytes with the new ones applied, and made durable with the length they
+//!   need, without syncing the rest of the file. A power cut or an EIO while
+//!   it runs tears it, only inside those blocks: each byte of them is the
+//!   old or the new one, so bytes of the blocks acknowledged before (the
+//!   same in both) never change. With unsynced changes in the file it is a
+//!   write and a sync (the log calls it only when the file has none).
+//! - `StorageFile::prewrite` (space prepared ahead of the frames by a
+//!   background thread) is modelled when [`SimStorage::set_prewrite`] turns
+//!   it on: an allocation, a write of zeros and a sync, each an operation
+//!   that can fail or be cut like any other. Off by default: the thread's
+//!   operations interleave with the test's by timing, so seeds with it on
+//!   are not reproducible.
 //! - `StorageFile::start_writeback` is counted and changes nothing: an
 //!   unsynced write may reach the disk before any fsync anyway, which the
 //!   independent fates above already cover.
@@ -44,7 +59,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::storage::{LockGuard, SealedFile, SharedBytes, Storage, StorageFile};
+use crate::storage::{
+    LockGuard, SealedFile, SharedBytes, Storage, StorageFile, DIRECT_BLOCK_BYTES,
+};
 
 /// A fault to inject into a [`SimStorage`]. Counts start when the fault is
 /// injected; each fault fires once, except `DiskFull`, which lasts until
@@ -103,6 +120,14 @@ pub struct SimStats {
     pub writes_damaged: u64,
     /// `StorageFile::start_writeback` hints received.
     pub writeback_hints: u64,
+    /// Durable direct writes (`StorageFile::write_durable_at` on a file
+    /// with no unsynced change), torn ones included.
+    pub durable_writes: u64,
+    /// Durable direct writes a power cut or an EIO tore.
+    pub durable_writes_torn: u64,
+    /// Ranges prepared by `StorageFile::prewrite` (with
+    /// [`SimStorage::set_prewrite`]).
+    pub prewrites: u64,
 }
 
 /// SplitMix64: tiny, deterministic, good enough to choose fates.
@@ -203,6 +228,9 @@ struct Disk {
     /// Whether space freed by a truncation keeps its old bytes (see
     /// `SimStorage::set_stale_reuse`).
     stale_reuse: bool,
+    /// Whether `StorageFile::prewrite` is modelled (see
+    /// `SimStorage::set_prewrite`).
+    prewrite: bool,
 }
 
 #[derive(Debug)]
@@ -452,6 +480,7 @@ impl Disk {
             stats: SimStats::default(),
             rng: SimRng::new(seed),
             stale_reuse: false,
+            prewrite: false,
         }
     }
 
@@ -682,6 +711,78 @@ impl Disk {
         }
     }
 
+    /// A durable direct write of `buf` at `offset` into a file with no
+    /// unsynced change (see the module docs).
+    fn write_durable(&mut self, inode: u64, buf: &[u8], offset: u64) -> io::Result<()> {
+        if self.faults.powered_off {
+            return Err(power_loss());
+        }
+        let start = offset - offset % DIRECT_BLOCK_BYTES;
+        let end = (offset + buf.len() as u64).div_ceil(DIRECT_BLOCK_BYTES) * DIRECT_BLOCK_BYTES;
+        let file_length = self.inode(inode).current.len() as u64;
+        if let Some(capacity) = self.faults.capacity_bytes {
+            let growth = end.saturating_sub(file_length);
+            if self.used_bytes() + growth > capacity {
+                self.stats.faults_fired += 1;
+                return Err(disk_full());
+            }
+        }
+        // The blocks as the write leaves them: the file's bytes (zeros past
+        // its end) with the new ones applied.
+        let mut image = vec![0; (end - start) as usize];
+        {
+            let current = &self.inode(inode).current;
+            let from = (start as usize).min(current.len());
+            let to = (end as usize).min(current.len());
+            image[..to - from].copy_from_slice(&current[from..to]);
+        }
+        let at = (offset - start) as usize;
+        image[at..at + buf.len()].copy_from_slice(buf);
+        let cut = self.mutate().is_err();
+        let eio = !cut && Disk::fires(&mut self.faults.write_eio, &mut self.stats);
+        self.stats.durable_writes += 1;
+        self.stats.writes += 1;
+        if cut || eio {
+            // In flight when the power went or the device failed: each
+            // byte of the blocks is the old one or the new one, and the
+            // size change may or may not have been made durable.
+            self.stats.durable_writes_torn += 1;
+            let mode = self.rng.below(3);
+            let split = self.rng.below(image.len() as u64 + 1) as usize;
+            let grow = self.rng.below(2) == 0;
+            let mut torn = Vec::with_capacity(image.len());
+            {
+                let durable = &self.inodes[&inode].durable;
+                for (index, new) in image.iter().enumerate() {
+                    let old = durable.get(start as usize + index).copied().unwrap_or(0);
+                    let take_new = match mode {
+                        0 => index < split,
+                        1 => index >= split,
+                        _ => self.rng.below(2) == 0,
+                    };
+                    torn.push(if take_new { *new } else { old });
+                }
+            }
+            let file = self.inode(inode);
+            let old_length = file.durable.len();
+            write_into(&mut file.durable, start, &torn);
+            if !grow && old_length < file.durable.len() {
+                file.durable.truncate(old_length.max(start as usize));
+            }
+            if cut {
+                return Err(power_loss());
+            }
+            // EIO: the running system sees what the device holds.
+            file.current.clone_from(&file.durable);
+            return Err(injected("durable write"));
+        }
+        self.stats.bytes_written += buf.len() as u64;
+        let file = self.inode(inode);
+        write_into(&mut file.current, start, &image);
+        write_into(&mut file.durable, start, &image);
+        Ok(())
+    }
+
     /// The disk after a power loss, chosen by `seed`.
     fn after_power_loss(&self, seed: u64) -> Disk {
         let mut rng = SimRng::new(seed);
@@ -743,6 +844,7 @@ impl Disk {
             stats,
             rng: SimRng::new(rng.next_u64()),
             stale_reuse: self.stale_reuse,
+            prewrite: self.prewrite,
         }
     }
 
@@ -799,6 +901,15 @@ impl SimStorage {
     /// Carried over to crashed disks.
     pub fn set_stale_reuse(&self, enabled: bool) {
         self.shared.disk.lock().stale_reuse = enabled;
+    }
+
+    /// Whether `StorageFile::prewrite` is modelled: the log's background
+    /// thread then allocates, zero-fills and syncs space ahead of the
+    /// frames inside the model (see the module docs). Off by default (the
+    /// storage declines, as a storage without the method does). Carried
+    /// over to crashed disks.
+    pub fn set_prewrite(&self, enabled: bool) {
+        self.shared.disk.lock().prewrite = enabled;
     }
 
     /// Arms a fault (see [`Fault`]).
@@ -982,6 +1093,31 @@ impl StorageFile for SimFile {
         }
         disk.inode(self.inode).allocate(len);
         Ok(())
+    }
+
+    /// A durable direct write; see the module docs.
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.check_writable()?;
+        let mut disk = self.shared.disk.lock();
+        if buf.is_empty() || !disk.inode(self.inode).pending.is_empty() {
+            drop(disk);
+            self.write_all_at(buf, offset)?;
+            return self.sync_data();
+        }
+        disk.write_durable(self.inode, buf, offset)
+    }
+
+    /// With [`SimStorage::set_prewrite`]: allocates, writes zeros and
+    /// syncs, three operations; without, declines (`false`).
+    fn prewrite(&self, offset: u64, len: u64) -> io::Result<bool> {
+        if !self.shared.disk.lock().prewrite {
+            return Ok(false);
+        }
+        self.allocate(offset + len)?;
+        self.write_all_at(&vec![0; len as usize], offset)?;
+        self.sync_data()?;
+        self.shared.disk.lock().stats.prewrites += 1;
+        Ok(true)
     }
 
     /// A hint, counted and otherwise ignored: it makes nothing durable.

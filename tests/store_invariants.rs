@@ -237,7 +237,9 @@ fn host_slices_stay_served_when_the_take_back_spares_them() {
             AppendOptions::new().durability(Durability::Sync),
         )
         .unwrap();
-    storage.inject(Fault::FsyncEio { nth: 1 });
+    // The `Sync` append's commit is one durable write (nothing unsynced
+    // before it: `docs/format.md` 5.9), so the device error is the write's.
+    storage.inject(Fault::WriteEio { nth: 1 });
     assert!(store
         .append_with(
             &[entry("c", 2)],

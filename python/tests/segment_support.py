@@ -18,7 +18,7 @@ SEGMENT_HEADER_BYTES = 56
 FRAME_HEADER_BYTES = 32
 #: Segment format version of a tamper-evident store, whose frames end in a
 #: trailer of this many bytes (2.7).
-VERSION_KEYED = 3
+VERSION_KEYED = 4
 TRAILER_BYTES = 64
 
 

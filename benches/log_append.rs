@@ -129,6 +129,22 @@ impl LogRun {
     fn records_per_fsync(&self) -> f64 {
         self.stats.frames as f64 / self.stats.syncs.max(1) as f64
     }
+
+    /// Where a commit cycle's time goes, per commit (µs): its I/O, the gap
+    /// before the next commit's I/O, and the group fill wait inside that
+    /// gap; and the share of fill waits that timed out.
+    fn cycle(&self) -> String {
+        let commits = self.stats.syncs.max(1) as f64;
+        let micros = |nanos: u64| nanos as f64 / 1e3 / commits;
+        format!(
+            "cycle {:.0} µs: I/O {:.0}, gap {:.0} (fill {:.0}, {:.0}% timed out)",
+            self.measured.elapsed.as_secs_f64() * 1e6 / commits,
+            micros(self.stats.commit_io_nanos),
+            micros(self.stats.commit_gap_nanos),
+            micros(self.stats.fill_wait_nanos),
+            100.0 * self.stats.fill_timeouts as f64 / self.stats.fills.max(1) as f64,
+        )
+    }
 }
 
 /// Appends from `threads` threads to a fresh store for `duration`; each
@@ -175,6 +191,11 @@ fn run_log(
         writes: after.writes - before.writes,
         syncs: after.syncs - before.syncs,
         rolls: after.rolls - before.rolls,
+        commit_io_nanos: after.commit_io_nanos - before.commit_io_nanos,
+        commit_gap_nanos: after.commit_gap_nanos - before.commit_gap_nanos,
+        fill_wait_nanos: after.fill_wait_nanos - before.fill_wait_nanos,
+        fills: after.fills - before.fills,
+        fill_timeouts: after.fill_timeouts - before.fill_timeouts,
     };
     drop(log);
     let mut sizes = Vec::new();
@@ -1334,10 +1355,11 @@ fn bench_many(duration: Duration) -> BenchResult<Vec<ManyRow>> {
             let naive = naive_run(&pool, threads, duration)?;
             let sqlite = sqlite_run(&pool, threads, duration, true)?;
             println!(
-                "  {threads:>3} threads, round {round}: convlog {} ({:.1} recs/fsync, {:.1} CPU µs/append) / naive {} ({:.1} CPU µs/append) / SQLite {} appends/s",
+                "  {threads:>3} threads, round {round}: convlog {} ({:.1} recs/fsync, {:.1} CPU µs/append; {}) / naive {} ({:.1} CPU µs/append) / SQLite {} appends/s",
                 grouped(convlog.measured.ops_per_sec()),
                 convlog.records_per_fsync(),
                 cpu_micros_per_op(&convlog.measured),
+                convlog.cycle(),
                 grouped(naive.ops_per_sec()),
                 cpu_micros_per_op(&naive),
                 grouped(sqlite.ops_per_sec()),

@@ -348,6 +348,66 @@ fn group_commit_shares_fsyncs_between_concurrent_appenders() {
     );
 }
 
+/// The commit-cycle counters (`WriterStats::commit_io_nanos` and the
+/// rest) account for where a cycle's time goes: a commit held inside its
+/// fsync by the test counts at least the time it was held as I/O; the
+/// time from its end to the next commit's I/O counts as the gap, the
+/// group fill wait inside it; and a lone appender never waits to fill.
+#[test]
+fn commit_cycle_counters_account_for_the_time_a_commit_is_held() {
+    const APPENDERS: u64 = 8;
+    let (_dir, gate, log) = gated_log();
+    let before = log.writer_stats();
+    gate.set_armed(true);
+    let append = |log: &Arc<Log>| {
+        let log = Arc::clone(log);
+        std::thread::spawn(move || log.append(&[[5u8; 200]]).unwrap().start)
+    };
+    let mut threads = vec![append(&log)];
+    gate.wait_until(|&(_, waiting)| waiting == 1);
+    // From here until the release the first commit is inside its fsync.
+    let held_from = std::time::Instant::now();
+    threads.extend((1..APPENDERS).map(|_| append(&log)));
+    while log.writer_stats().frames - before.frames < APPENDERS {
+        std::thread::yield_now();
+    }
+    let held = held_from.elapsed();
+    gate.set_armed(false);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let stats = log.writer_stats();
+    assert_eq!(stats.syncs - before.syncs, 2, "{stats:?}");
+    let io = Duration::from_nanos(stats.commit_io_nanos - before.commit_io_nanos);
+    assert!(
+        io >= held,
+        "the held commit's I/O is counted: {io:?} counted, held {held:?}"
+    );
+    // Two commits: one gap between them. The second commit's leader may
+    // have held its write back for the first appender to append again
+    // (it released it), which it never does here: at most one fill, and
+    // its wait lies inside the gap.
+    let gap = stats.commit_gap_nanos - before.commit_gap_nanos;
+    assert!(gap > 0, "{stats:?}");
+    assert!(stats.fills - before.fills <= 1, "{stats:?}");
+    assert!(
+        stats.fill_wait_nanos - before.fill_wait_nanos <= gap,
+        "{stats:?}"
+    );
+    // A lone appender never waits to fill: its own frame is the one
+    // arrival its last commit released (after its first commit, whose
+    // leader may still wait for the appenders the burst above released).
+    log.append(&[[0xAA; 100]]).unwrap();
+    let stats = log.writer_stats();
+    for index in 0..20u8 {
+        log.append(&[[index; 100]]).unwrap();
+    }
+    let lone = log.writer_stats();
+    assert_eq!(lone.fills, stats.fills, "{lone:?}");
+    assert_eq!(lone.syncs - stats.syncs, 20, "{lone:?}");
+    assert!(lone.fill_timeouts <= lone.fills);
+}
+
 #[test]
 fn a_second_writer_in_the_same_process_gets_locked() {
     let dir = tempfile::tempdir().unwrap();

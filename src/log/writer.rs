@@ -63,6 +63,22 @@ pub struct WriterStats {
     pub syncs: u64,
     /// Segments created after the first.
     pub rolls: u64,
+    /// Time spent in commits' I/O, in nanoseconds: positioned writes,
+    /// `fdatasync` calls and durable direct writes issued by a leader.
+    pub commit_io_nanos: u64,
+    /// Time between the end of one commit's I/O and the start of the
+    /// next commit's, in nanoseconds (the group fill wait included): how
+    /// long the file had no commit in flight while appenders kept it busy
+    /// or idle.
+    pub commit_gap_nanos: u64,
+    /// Time `Group` leaders held their write back for released appenders
+    /// to rejoin (the group fill wait), in nanoseconds.
+    pub fill_wait_nanos: u64,
+    /// Group fill waits, and how many of them ended at their time limit
+    /// rather than because the appenders they waited for had arrived.
+    pub fills: u64,
+    /// See `fills`.
+    pub fill_timeouts: u64,
 }
 
 struct State {
@@ -121,6 +137,8 @@ struct State {
     /// A `Group` leader holding its write back for the released appenders
     /// to rejoin: the arrivals it waits for, and its parker.
     filling: Option<(usize, Arc<Parker>)>,
+    /// When the last commit's I/O ended (`WriterStats::commit_gap_nanos`).
+    io_ended: Option<Instant>,
 }
 
 /// A `Group` leader holds its write back for the appenders the previous
@@ -390,6 +408,7 @@ impl Writer {
                 arrivals: 0,
                 last_sync: Duration::ZERO,
                 filling: None,
+                io_ended: None,
             }),
             view,
             taken_back_from: AtomicU64::new(0),
@@ -702,7 +721,8 @@ impl Writer {
         let durable = commit != Commit::Written;
         // Members of the cohorts this cycle made durable.
         let mut opened = 0;
-        if !state.pending.is_empty() {
+        let wrote = !state.pending.is_empty();
+        if wrote {
             state.writing = true;
             if commit == Commit::DurableGroup && state.arrivals < state.released {
                 self.fill_group(state);
@@ -724,6 +744,7 @@ impl Writer {
             } else {
                 self.writeback_range(state, offset + buffer.len() as u64)
             };
+            self.note_io_start(state);
             let (result, took) = MutexGuard::unlocked(state, || {
                 let started = Instant::now();
                 if direct {
@@ -741,6 +762,8 @@ impl Writer {
             });
             state.writing = false;
             state.stats.writes += 1;
+            state.stats.commit_io_nanos += nanos(took);
+            state.io_ended = Some(Instant::now());
             // Written or not, the cohort waits for an fdatasync now (after a
             // failed write, for the poisoning to open its gate).
             state.unsynced.extend(cohort);
@@ -777,6 +800,12 @@ impl Writer {
             let target_bytes = state.written_bytes;
             let target_lsn = state.written_lsn;
             let file = Arc::clone(&state.active_file);
+            if wrote {
+                // The same commit's I/O goes on: no gap.
+                state.io_ended = None;
+            } else {
+                self.note_io_start(state);
+            }
             let result = MutexGuard::unlocked(state, || {
                 wake_all(wake);
                 let started = Instant::now();
@@ -787,6 +816,8 @@ impl Writer {
             state.last_sync = took;
             state.syncing = false;
             state.stats.syncs += 1;
+            state.stats.commit_io_nanos += nanos(took);
+            state.io_ended = Some(Instant::now());
             match result {
                 Ok(()) => {
                     if target_lsn > state.durable_lsn {
@@ -807,6 +838,14 @@ impl Writer {
         // released, and may append again at once.
         state.released = 1 + completed;
         state.arrivals = 0;
+    }
+
+    /// Counts the time since the last commit's I/O ended into
+    /// `WriterStats::commit_gap_nanos`, as this commit's I/O starts.
+    fn note_io_start(&self, state: &mut State) {
+        if let Some(ended) = state.io_ended.take() {
+            state.stats.commit_gap_nanos += nanos(ended.elapsed());
+        }
     }
 
     /// Under `None` and `Periodic`: the range of the active segment whose
@@ -839,7 +878,8 @@ impl Writer {
         if wait.is_zero() {
             return;
         }
-        let deadline = Instant::now() + wait;
+        let began = Instant::now();
+        let deadline = began + wait;
         let parker = PARKER.with(Arc::clone);
         parker.notified.store(false, Ordering::Relaxed);
         state.filling = Some((state.released, Arc::clone(&parker)));
@@ -854,7 +894,11 @@ impl Writer {
                 std::thread::park_timeout(deadline - now);
             }
         });
-        if state.filling.take().is_none() {
+        state.stats.fills += 1;
+        let timed_out = state.filling.take().is_some();
+        if timed_out {
+            state.stats.fill_timeouts += 1;
+        } else {
             // An appender reached the target as the wait timed out and
             // queued this thread's wake-up: take it back, or wait for it if
             // it is being delivered, so that no stale wake-up ends a later
@@ -873,6 +917,7 @@ impl Writer {
                 });
             }
         }
+        state.stats.fill_wait_nanos += nanos(began.elapsed());
     }
 
     /// Moves the waiters that can go on now from `waiters` to `to_wake`:
@@ -1102,6 +1147,11 @@ impl Writer {
     pub(crate) fn storage(&self) -> &dyn Storage {
         self.storage.as_ref()
     }
+}
+
+/// `duration` in whole nanoseconds, saturating.
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Opens the gates of `cohorts` with `outcome` and queues their members'

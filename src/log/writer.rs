@@ -744,7 +744,7 @@ impl Writer {
             } else {
                 self.writeback_range(state, offset + buffer.len() as u64)
             };
-            self.note_io_start(state);
+            note_io_start(state, false);
             let (result, took) = MutexGuard::unlocked(state, || {
                 let started = Instant::now();
                 if direct {
@@ -762,8 +762,7 @@ impl Writer {
             });
             state.writing = false;
             state.stats.writes += 1;
-            state.stats.commit_io_nanos += nanos(took);
-            state.io_ended = Some(Instant::now());
+            note_io_end(state, took);
             // Written or not, the cohort waits for an fdatasync now (after a
             // failed write, for the poisoning to open its gate).
             state.unsynced.extend(cohort);
@@ -800,12 +799,8 @@ impl Writer {
             let target_bytes = state.written_bytes;
             let target_lsn = state.written_lsn;
             let file = Arc::clone(&state.active_file);
-            if wrote {
-                // The same commit's I/O goes on: no gap.
-                state.io_ended = None;
-            } else {
-                self.note_io_start(state);
-            }
+            // After this commit's write, its I/O goes on: no gap.
+            note_io_start(state, wrote);
             let result = MutexGuard::unlocked(state, || {
                 wake_all(wake);
                 let started = Instant::now();
@@ -816,8 +811,7 @@ impl Writer {
             state.last_sync = took;
             state.syncing = false;
             state.stats.syncs += 1;
-            state.stats.commit_io_nanos += nanos(took);
-            state.io_ended = Some(Instant::now());
+            note_io_end(state, took);
             match result {
                 Ok(()) => {
                     if target_lsn > state.durable_lsn {
@@ -838,14 +832,6 @@ impl Writer {
         // released, and may append again at once.
         state.released = 1 + completed;
         state.arrivals = 0;
-    }
-
-    /// Counts the time since the last commit's I/O ended into
-    /// `WriterStats::commit_gap_nanos`, as this commit's I/O starts.
-    fn note_io_start(&self, state: &mut State) {
-        if let Some(ended) = state.io_ended.take() {
-            state.stats.commit_gap_nanos += nanos(ended.elapsed());
-        }
     }
 
     /// Under `None` and `Periodic`: the range of the active segment whose
@@ -1147,6 +1133,22 @@ impl Writer {
     pub(crate) fn storage(&self) -> &dyn Storage {
         self.storage.as_ref()
     }
+}
+
+/// As a commit's I/O starts: counts the time since the last commit's I/O
+/// ended into `WriterStats::commit_gap_nanos`, unless `continues` (the
+/// same commit's write came just before).
+fn note_io_start(state: &mut State, continues: bool) {
+    match state.io_ended.take() {
+        Some(ended) if !continues => state.stats.commit_gap_nanos += nanos(ended.elapsed()),
+        _ => {}
+    }
+}
+
+/// As a commit's write or sync ends, after `took`.
+fn note_io_end(state: &mut State, took: Duration) {
+    state.stats.commit_io_nanos += nanos(took);
+    state.io_ended = Some(Instant::now());
 }
 
 /// `duration` in whole nanoseconds, saturating.

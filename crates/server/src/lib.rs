@@ -475,7 +475,7 @@ async fn render_metrics(
 ) -> Response {
     let writer = state.store.log().writer_stats();
     let gauges = metrics::Gauges {
-        store_events: state.store.stats().next_lsn.saturating_sub(1),
+        store_events: state.store.next_lsn().saturating_sub(1),
         contexts: state
             .control
             .registry()

@@ -400,3 +400,21 @@ fn a_read_only_store_reads_frames_without_listing_the_directory_for_each() {
     // frames add nothing.
     assert!(listings <= 4, "{listings} listings to read {FRAMES} frames");
 }
+
+/// `Store::next_lsn` answers what `stats().next_lsn` does without walking
+/// the index: a follower first catches up with what its writer appended.
+#[test]
+fn next_lsn_is_the_stats_one_and_a_follower_catches_up_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = Store::open(dir.path(), StoreOptions::default()).unwrap();
+    writer.append(&[said("a", 0), said("a", 1)]).unwrap();
+    let reader = Store::open_read_only(dir.path(), StoreOptions::default()).unwrap();
+    assert_eq!(reader.next_lsn(), 3);
+    writer.append(&[said("b", 0)]).unwrap();
+    writer.append(&[said("a", 2)]).unwrap();
+    assert_eq!(writer.next_lsn(), 5);
+    assert_eq!(writer.next_lsn(), writer.stats().next_lsn);
+    // Without reading anything else first.
+    assert_eq!(reader.next_lsn(), 5);
+    assert_eq!(reader.stats().next_lsn, 5);
+}

@@ -188,6 +188,21 @@ pub trait EventLog: Send + Sync + Debug {
     fn append(&self, payloads: &[Vec<u8>], durability: Durability)
         -> Result<(Range<Lsn>, Locator)>;
 
+    /// Appends each of `batches` (each of at least one payload) as its own
+    /// atomic batch, in order, and returns once all of them are durable:
+    /// per batch its LSN range and locator, or the error that kept it out
+    /// (and nothing of it visible). A batch the log refuses (over a limit)
+    /// fails alone; when making them durable fails, every batch not
+    /// durable fails. The default appends each with [`Durability::Sync`];
+    /// a log that can make several batches durable with one write (the
+    /// segment log) does so.
+    fn append_batches(&self, batches: &[&[Vec<u8>]]) -> Vec<Result<(Range<Lsn>, Locator)>> {
+        batches
+            .iter()
+            .map(|payloads| self.append(payloads, Durability::Sync))
+            .collect()
+    }
+
     /// Reads the batch at `locator` (as `append` or a cursor's records
     /// returned it): every record of the batch, in LSN order.
     /// [`Error::Compacted`] if it was dropped.
@@ -265,6 +280,10 @@ impl EventLog for Log {
         durability: Durability,
     ) -> Result<(Range<Lsn>, Locator)> {
         self.append_positioned(payloads, durability)
+    }
+
+    fn append_batches(&self, batches: &[&[Vec<u8>]]) -> Vec<Result<(Range<Lsn>, Locator)>> {
+        self.append_batches_positioned(batches)
     }
 
     fn read_batch(&self, locator: Locator) -> Result<Vec<Record>> {

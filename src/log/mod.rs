@@ -440,21 +440,45 @@ impl Log {
     ) -> Result<(std::ops::Range<Lsn>, Position)> {
         self.prepare(durability)?;
         let appended = self.writer.append(payloads, durability)?;
-        if let Some(every) = self
+        self.checkpoint_if_due([&appended.0]);
+        Ok(appended)
+    }
+
+    /// Appends each of `batches` as its own atomic batch, in order, and
+    /// makes them all durable with one commit (one durable write when
+    /// nothing written before waits for a sync); returns each batch's LSNs
+    /// and where its frame starts, or the error that kept it out. A batch
+    /// over the limits fails alone; after a failed write or sync, every
+    /// batch that is not durable fails.
+    pub(crate) fn append_batches_positioned<P: AsRef<[u8]>>(
+        &self,
+        batches: &[&[P]],
+    ) -> Vec<Result<(std::ops::Range<Lsn>, Position)>> {
+        let appended = self.writer.append_frames(batches);
+        self.checkpoint_if_due(appended.iter().flatten().map(|(lsns, _)| lsns));
+        appended
+    }
+
+    /// Signs a checkpoint when the events appended in `ranges` crossed a
+    /// multiple of a tamper-evident log's `checkpoint_every_events`.
+    fn checkpoint_if_due<'a>(&self, ranges: impl IntoIterator<Item = &'a std::ops::Range<Lsn>>) {
+        let Some(every) = self
             .writer
             .tamper()
             .and_then(|tamper| tamper.checkpoint_every_events)
+        else {
+            return;
+        };
+        if ranges
+            .into_iter()
+            .any(|range| (range.start - 1) / every != (range.end - 1) / every)
         {
-            let range = &appended.0;
-            if (range.start - 1) / every != (range.end - 1) / every {
-                // The events are appended whatever happens here: a failed
-                // checkpoint is logged, and the next interval tries again.
-                if let Err(error) = self.checkpoint() {
-                    tracing::warn!(store = %self.dir().display(), %error, "signing or publishing a tamper checkpoint failed");
-                }
+            // The events are appended whatever happens here: a failed
+            // checkpoint is logged, and the next interval tries again.
+            if let Err(error) = self.checkpoint() {
+                tracing::warn!(store = %self.dir().display(), %error, "signing or publishing a tamper checkpoint failed");
             }
         }
-        Ok(appended)
     }
 
     /// Signs a checkpoint of a tamper-evident log (`docs/tamper.md`): makes

@@ -447,27 +447,7 @@ impl Writer {
         payloads: &[P],
         durability: Durability,
     ) -> Result<(std::ops::Range<Lsn>, Position)> {
-        check_batch(payloads)?;
-        let mut frame_bytes = format::frame_bytes(payloads) as u64;
-        // A tamper-evident frame's events are hashed before the lock is
-        // taken; only the chain step (two short hashes) runs under it.
-        let events = match &self.options.tamper {
-            Some(_) => {
-                let body = frame_bytes - format::FRAME_HEADER_BYTES as u64;
-                let limit = (format::BATCH_BYTES_MAX - format::FRAME_TRAILER_BYTES) as u64;
-                if body > limit {
-                    return Err(Error::LimitExceeded {
-                        what: "batch bytes of a tamper-evident store (payloads and length prefixes; the frame's trailer takes FRAME_TRAILER_BYTES of BATCH_BYTES_MAX)",
-                        actual: body,
-                        limit,
-                        constant: "BATCH_BYTES_MAX",
-                    });
-                }
-                frame_bytes += format::FRAME_TRAILER_BYTES as u64;
-                Some(crate::tamper::events_digest(payloads))
-            }
-            None => None,
-        };
+        let (frame_bytes, events) = self.prepare_frame(payloads)?;
         let mut state = self.state.lock();
         let result = self.append_locked(&mut state, payloads, frame_bytes, events, durability);
         let wake = take_wakes(&mut state);
@@ -499,6 +479,69 @@ impl Writer {
         events: Option<crate::tamper::Digest>,
         durability: Durability,
     ) -> Result<Appended> {
+        let (lsns, position) = self.encode_locked(state, payloads, frame_bytes, events)?;
+        let (first_lsn, end_lsn) = (lsns.start, lsns.end);
+        let commit = match durability {
+            Durability::Sync => Commit::Durable,
+            Durability::Group => Commit::DurableGroup,
+            Durability::Periodic(_) | Durability::None => Commit::Written,
+        };
+        if commit != Commit::Written && (state.writing || state.syncing) {
+            // Durable, and someone else's I/O is in flight: this frame waits
+            // at least for the next commit. The cohort's first appender
+            // parks on its own (it may be asked to lead); the others join
+            // the gate.
+            if state.pending_represented {
+                state.pending_cohort.members += 1;
+                let gate = Arc::clone(&state.pending_cohort.gate);
+                return Ok(Appended::Joined(gate, first_lsn..end_lsn, position, commit));
+            }
+            state.pending_represented = true;
+        }
+        self.wait_for(state, end_lsn, commit)?;
+        Ok(Appended::Done(first_lsn..end_lsn, position))
+    }
+
+    /// Checks a batch against the limits and measures its frame, before
+    /// the mutex is taken: the frame's bytes, and for a tamper-evident log
+    /// the digest of its events (hashed here, so that only the chain step,
+    /// two short hashes, runs under the mutex).
+    fn prepare_frame<P: AsRef<[u8]>>(
+        &self,
+        payloads: &[P],
+    ) -> Result<(u64, Option<crate::tamper::Digest>)> {
+        check_batch(payloads)?;
+        let mut frame_bytes = format::frame_bytes(payloads) as u64;
+        let events = match &self.options.tamper {
+            Some(_) => {
+                let body = frame_bytes - format::FRAME_HEADER_BYTES as u64;
+                let limit = (format::BATCH_BYTES_MAX - format::FRAME_TRAILER_BYTES) as u64;
+                if body > limit {
+                    return Err(Error::LimitExceeded {
+                        what: "batch bytes of a tamper-evident store (payloads and length prefixes; the frame's trailer takes FRAME_TRAILER_BYTES of BATCH_BYTES_MAX)",
+                        actual: body,
+                        limit,
+                        constant: "BATCH_BYTES_MAX",
+                    });
+                }
+                frame_bytes += format::FRAME_TRAILER_BYTES as u64;
+                Some(crate::tamper::events_digest(payloads))
+            }
+            None => None,
+        };
+        Ok((frame_bytes, events))
+    }
+
+    /// Encodes a frame of `payloads` into the pending buffer (rolling to a
+    /// new segment first if it does not fit): assigns its LSNs, links it
+    /// to the chain. Nothing is written yet.
+    fn encode_locked<P: AsRef<[u8]>>(
+        &self,
+        state: &mut MutexGuard<'_, State>,
+        payloads: &[P],
+        frame_bytes: u64,
+        events: Option<crate::tamper::Digest>,
+    ) -> Result<(std::ops::Range<Lsn>, Position)> {
         self.check_poison(state)?;
         if self.needs_roll(state, frame_bytes) {
             self.roll(state, frame_bytes)?;
@@ -554,25 +597,56 @@ impl Writer {
                 state.to_wake.push(leader);
             }
         }
-        let commit = match durability {
-            Durability::Sync => Commit::Durable,
-            Durability::Group => Commit::DurableGroup,
-            Durability::Periodic(_) | Durability::None => Commit::Written,
-        };
-        if commit != Commit::Written && (state.writing || state.syncing) {
-            // Durable, and someone else's I/O is in flight: this frame waits
-            // at least for the next commit. The cohort's first appender
-            // parks on its own (it may be asked to lead); the others join
-            // the gate.
-            if state.pending_represented {
-                state.pending_cohort.members += 1;
-                let gate = Arc::clone(&state.pending_cohort.gate);
-                return Ok(Appended::Joined(gate, first_lsn..end_lsn, position, commit));
+        Ok((first_lsn..end_lsn, position))
+    }
+
+    /// Appends each of `batches` as its own atomic frame, in order, and
+    /// makes them all durable with one commit, as [`Writer::sync`] does
+    /// (issued at once; one durable write when everything written before
+    /// is durable). Returns, per batch, its LSN range and where its frame
+    /// starts, or the error that kept it out: a batch over the limits
+    /// fails alone; after a failed write or sync every frame that is not
+    /// durable fails (the poisoned writer takes them back).
+    pub(crate) fn append_frames<P: AsRef<[u8]>>(
+        &self,
+        batches: &[&[P]],
+    ) -> Vec<Result<(std::ops::Range<Lsn>, Position)>> {
+        let prepared: Vec<_> = batches
+            .iter()
+            .map(|payloads| self.prepare_frame(payloads))
+            .collect();
+        let mut state = self.state.lock();
+        let mut results = Vec::with_capacity(batches.len());
+        let mut end_lsn = None;
+        for (payloads, prepared) in batches.iter().zip(prepared) {
+            let encoded = prepared.and_then(|(frame_bytes, events)| {
+                self.encode_locked(&mut state, payloads, frame_bytes, events)
+            });
+            if let Ok((lsns, _)) = &encoded {
+                end_lsn = Some(lsns.end);
             }
-            state.pending_represented = true;
+            results.push(encoded);
         }
-        self.wait_for(state, end_lsn, commit)?;
-        Ok(Appended::Done(first_lsn..end_lsn, position))
+        if let Some(end_lsn) = end_lsn {
+            if self.wait_for(&mut state, end_lsn, Commit::Durable).is_err() {
+                // Poisoned (the one way `wait_for` fails): a frame is
+                // acknowledged only if it is durable.
+                let durable_lsn = state.durable_lsn;
+                let cause = state.poisoned.clone().unwrap_or_default();
+                for result in &mut results {
+                    if matches!(result, Ok((lsns, _)) if lsns.end > durable_lsn) {
+                        *result = Err(Error::Poisoned {
+                            store: self.dir.clone(),
+                            cause: cause.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        let wake = take_wakes(&mut state);
+        drop(state);
+        wake_all(wake);
+        results
     }
 
     /// A tamper-evident log's head: the last LSN appended (0 if none) and

@@ -174,6 +174,29 @@ impl StoreCore {
         Ok(AppendOrder { _held: held })
     }
 
+    /// Takes the locks that order an unconditional append of `events`
+    /// (of one batch or of several appended together) against every other
+    /// append of the store: each stripe once, in the one order.
+    pub(super) fn order_unconditional<'e>(
+        &self,
+        events: impl IntoIterator<Item = &'e Event>,
+    ) -> AppendOrder<'_> {
+        let mut held = vec![Held::Shared(self.appending.read())];
+        let mut stripes: Vec<usize> = events
+            .into_iter()
+            .filter_map(Event::conversation_id)
+            .map(stripe_of)
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        held.extend(
+            stripes
+                .into_iter()
+                .map(|stripe| Held::Shared(self.stripes[stripe].read())),
+        );
+        AppendOrder { _held: held }
+    }
+
     /// On a log with many writers: indexes every batch up to the end the
     /// log's handle knows of (other writers' included), so a version
     /// checked next is the one an append lands on. Nothing to do on a log

@@ -29,7 +29,7 @@
 //! | `options.rs` | [`StoreOptions`], [`Retention`], [`StoreBuilder`] |
 //! | `open.rs` | opening: snapshot choice, log open, replay ([`OpenReport`]) |
 //! | `index.rs` | the per-conversation frame index and conversation reads |
-//! | `append.rs` | the append path (one function: `append_checked`) |
+//! | `append.rs` | the append path (`append_checked`; `append_batches`, several batches with one durable commit) |
 //! | `append_options.rs` | [`AppendOptions`], an append's per-call settings |
 //! | `erase.rs` | encryption at rest: sealing, opening, [`Store::erase`] |
 //! | `conditional.rs` | ordering appends, [`Expect`] and `Conflict` |
@@ -68,6 +68,7 @@ use std::thread::JoinHandle;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::error::Result;
+use crate::log::Lsn;
 pub use append_options::AppendOptions;
 use backend::Backend;
 pub use backup::{backup, BackupReport};
@@ -174,6 +175,16 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
+    /// One past the store's last event: [`StoreStats::next_lsn`] without
+    /// the rest of [`Store::stats`], which walks the whole index. A
+    /// read-only store, or a writer on a log with many writers, first
+    /// catches up with what the log's other writers appended, as `stats`
+    /// does; a store that writes alone answers at once.
+    pub fn next_lsn(&self) -> Lsn {
+        self.follow_quietly();
+        self.log.next_lsn()
+    }
+
     /// Makes every event appended so far durable.
     pub fn sync(&self) -> Result<()> {
         self.log.sync()

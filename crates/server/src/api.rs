@@ -10,6 +10,34 @@ fn yes() -> bool {
     true
 }
 
+/// The provider format of `GET /contexts/{context_id}/export` (`format`):
+/// the values the handler accepts, for the OpenAPI document.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExportFormat {
+    /// OpenAI Chat Completions.
+    Openai,
+    /// OpenAI Responses.
+    OpenaiResponses,
+    /// Anthropic Messages.
+    Anthropic,
+    /// Gemini.
+    Gemini,
+    /// Ollama.
+    Ollama,
+}
+
+/// What an export does with unfinished tool calls (`pending`): the values
+/// the handler accepts, for the OpenAPI document.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExportPending {
+    /// Leave them out (the default).
+    Drop,
+    /// Answer each with a synthetic error result.
+    Error,
+}
+
 /// `POST /chat`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

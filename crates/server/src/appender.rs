@@ -1,18 +1,18 @@
 //! The appends of `POST /contexts/{id}/events`, gathered: one thread
 //! appends the batches of the requests waiting for it, each as its own
-//! atomic batch of the store but without waiting for it to be durable, then
-//! makes them all durable with one [`Store::sync`] and only then answers
-//! them. A group of requests so costs one `fdatasync` and at most one
-//! wake-up of the appending thread, instead of one blocking-pool task per
-//! request, each parked in the store's group commit and woken by it
+//! atomic batch of the store, makes them all durable with one commit
+//! ([`Store::append_batches`]: one durable write of the group) and only
+//! then answers them. A group of requests so costs one commit and at most
+//! one wake-up of the appending thread, instead of one blocking-pool task
+//! per request, each parked in the store's group commit and woken by it
 //! (docs/performance.md, "Gathered appends").
 //!
 //! Each request keeps a frame of its own (a context's events are not
 //! spread over frames shared with other contexts, so reading a context
 //! later reads only its own frames), its atomicity and its error (a bad
 //! event fails that request alone). Nothing is acknowledged before it is
-//! durable: when the sync fails, every request of the group gets the error
-//! (the store takes back what it had not made durable).
+//! durable: when the commit fails, every request of the group not durable
+//! by then gets the error (the writer is poisoned).
 
 use std::ops::Range;
 use std::sync::mpsc;
@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use axum::http::StatusCode;
 use convlog::log::Lsn;
 use convlog::model::Event;
-use convlog::{AppendOptions, Durability, Store};
+use convlog::Store;
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
@@ -146,37 +146,16 @@ fn run(store: &Weak<Store>, jobs: &mpsc::Receiver<Message>) {
     }
 }
 
-/// Appends each batch of the group on its own, makes them durable with one
-/// sync, then answers each request.
+/// Appends each batch of the group on its own and makes them durable with
+/// one commit ([`Store::append_batches`]), then answers each request.
 fn append_group(store: &Store, group: Vec<Job>) {
-    let written = AppendOptions::new().durability(Durability::None);
-    let mut appended = Vec::with_capacity(group.len());
-    for job in group {
-        match store.append_with(&job.events, written.clone()) {
-            Ok(lsns) => appended.push((job.reply, lsns)),
-            // Nothing of this batch was stored.
-            Err(error) => {
-                let _ = job.reply.send(Err(error.into()));
-            }
-        }
-    }
-    if appended.is_empty() {
-        return;
-    }
-    match store.sync() {
-        Ok(()) => {
-            for (reply, lsns) in appended {
-                let _ = reply.send(Ok(lsns));
-            }
-        }
-        Err(error) => {
-            // Not durable, so not acknowledged: the writer is poisoned and
-            // has taken back what it had not synced.
-            let error = ApiError::from(error);
-            for (reply, _) in appended {
-                let _ = reply.send(Err(ApiError::new(error.status, error.message.clone())));
-            }
-        }
+    let batches: Vec<&[Event]> = group.iter().map(|job| job.events.as_slice()).collect();
+    let results = store.append_batches(&batches);
+    drop(batches);
+    for (job, result) in group.into_iter().zip(results) {
+        // Durable when acknowledged; a batch that failed (its own error,
+        // or the commit's, which poisons the writer) left nothing stored.
+        let _ = job.reply.send(result.map_err(ApiError::from));
     }
 }
 
@@ -219,15 +198,18 @@ mod tests {
         let (a, mut answer_a) = job(vec![entry("a", 0, "a0"), entry("a", 1, "a1")]);
         let (b, mut answer_b) = job(vec![entry("b", 0, "b0")]);
         let (c, mut answer_c) = job(vec![entry("a", 2, "a2"), entry("c", 0, "c0")]);
-        let syncs = store.log().writer_stats().syncs;
+        let before = store.log().writer_stats();
         append_group(&store, vec![a, b, c]);
         let a = answer_a.try_recv().unwrap().unwrap();
         let b = answer_b.try_recv().unwrap().unwrap();
         let c = answer_c.try_recv().unwrap().unwrap();
         assert_eq!((a.clone(), b.clone(), c.clone()), (1..3, 3..4, 4..6));
-        // Durable when answered, with one fdatasync for the group.
+        // Durable when answered, with one commit for the group: one durable
+        // write (no write per request, no separate fdatasync).
         assert_eq!(store.log().durable_lsn(), 6);
-        assert_eq!(store.log().writer_stats().syncs, syncs + 1);
+        let after = store.log().writer_stats();
+        assert_eq!(after.syncs, before.syncs + 1);
+        assert_eq!(after.writes, before.writes + 1);
         // A frame per request, each event at its LSN.
         let records: Vec<_> = store
             .log()

@@ -907,7 +907,8 @@ pub async fn update_context(
 pub async fn health(State(state): State<Arc<AppState>>) -> Json<Health> {
     Json(Health {
         status: "ok".to_string(),
-        last_lsn: state.store.stats().next_lsn.saturating_sub(1),
+        // Not `stats()`: it walks the whole index.
+        last_lsn: state.store.next_lsn().saturating_sub(1),
     })
 }
 
@@ -1095,8 +1096,8 @@ fn only_keys(query: &BTreeMap<String, String>, known: &[&str]) -> Result<(), Api
 #[utoipa::path(get, path = "/contexts/{context_id}/export", tag = "context",
     params(
         ("context_id" = String, Path, description = "The context", example = "ctx_123"),
-        ("format" = String, Query, description = "openai, openai-responses, anthropic, gemini or ollama", example = "openai"),
-        ("pending" = Option<String>, Query, description = "Unfinished tool calls: drop (default) or error"),
+        ("format" = inline(crate::api::ExportFormat), Query, description = "openai, openai-responses, anthropic, gemini or ollama", example = "openai"),
+        ("pending" = inline(Option<crate::api::ExportPending>), Query, description = "Unfinished tool calls: drop (default) or error"),
         ("curate" = Option<String>, Query, description = "History managers applied first: window=N,truncate=N,budget=N,prune=N"),
     ),
     security(("bearer" = [])),

@@ -475,7 +475,7 @@ async fn render_metrics(
 ) -> Response {
     let writer = state.store.log().writer_stats();
     let gauges = metrics::Gauges {
-        store_events: state.store.stats().next_lsn.saturating_sub(1),
+        store_events: state.store.next_lsn().saturating_sub(1),
         contexts: state
             .control
             .registry()
@@ -535,8 +535,15 @@ async fn request_frame(
         .unwrap_or_else(made_up_request_id);
     let value = HeaderValue::from_str(&id).expect("a checked request id is a header value");
     request.headers_mut().insert(header.clone(), value.clone());
+    // The log line's fields, copied only when the line is written (the
+    // `convlog` command logs requests with `CONVLOG_LOG=info`).
+    let logged = tracing::enabled!(tracing::Level::INFO);
     let method = request.method().clone();
-    let path = request.uri().path().to_string();
+    let path = if logged {
+        request.uri().path().to_string()
+    } else {
+        String::new()
+    };
     // A shared string: cloning it copies no text.
     let matched = request
         .extensions()
@@ -561,14 +568,16 @@ async fn request_frame(
     state
         .metrics
         .observe(route, response.status().as_u16(), started.elapsed());
-    tracing::info!(
-        request_id = %id,
-        %method,
-        path,
-        status = response.status().as_u16(),
-        micros = started.elapsed().as_micros() as u64,
-        "request"
-    );
+    if logged {
+        tracing::info!(
+            request_id = %id,
+            %method,
+            path,
+            status = response.status().as_u16(),
+            micros = started.elapsed().as_micros() as u64,
+            "request"
+        );
+    }
     response
 }
 

@@ -111,7 +111,7 @@ impl Metrics {
             (
                 "convlog_store_fsyncs_total",
                 "counter",
-                "fdatasync calls the log issued since start (one covers every batch of a group commit).",
+                "Commits the log made durable since start, fdatasync calls and durable writes (one covers every batch of a group commit).",
                 gauges.fsyncs,
             ),
             (

@@ -674,6 +674,32 @@ async fn health_openapi_and_request_ids() {
     ] {
         assert!(document["paths"].get(path).is_some(), "{path} missing");
     }
+    // The export's query parameters list the values the server accepts.
+    let parameters = document["paths"]["/contexts/{context_id}/export"]["get"]["parameters"]
+        .as_array()
+        .unwrap();
+    let values = |name: &str| {
+        let parameter = parameters.iter().find(|p| p["name"] == name).unwrap();
+        let schema = &parameter["schema"];
+        // An optional parameter's schema may wrap the enum.
+        let found = schema["enum"].as_array().or_else(|| {
+            schema["oneOf"]
+                .as_array()
+                .and_then(|any| any.iter().find_map(|one| one["enum"].as_array()))
+        });
+        found.cloned().unwrap_or_else(|| panic!("{name}: {schema}"))
+    };
+    assert_eq!(
+        values("format"),
+        [
+            "openai",
+            "openai-responses",
+            "anthropic",
+            "gemini",
+            "ollama"
+        ]
+    );
+    assert_eq!(values("pending"), ["drop", "error"]);
     let chat = &document["components"]["schemas"]["ChatRequest"];
     assert_eq!(chat["properties"]["save_ai_messages"]["default"], true);
     assert!(document["components"]["schemas"].get("Message").is_some());

@@ -2184,7 +2184,9 @@ fn a_snapshot_left_by_a_failed_write_is_made_durable_before_compaction() {
 /// then drop or tear them: the sealed segment ends early or holds damage,
 /// and the open fails with `Corrupted` (events the previous open served are
 /// gone too). Recovery should fsync the old last segment before it creates
-/// the new one.
+/// the new one. (Since the marker records where the writer cuts, the open
+/// no longer serves that frame; it still makes the cut durable before it
+/// seals the segment.)
 #[test]
 fn recovery_after_a_poisoned_writer_fsyncs_the_segment_it_seals() {
     use convlog::log::Log;
@@ -2199,10 +2201,10 @@ fn recovery_after_a_poisoned_writer_fsyncs_the_segment_it_seals() {
         log.append_with(&[[index; 100]], Durability::Sync).unwrap();
     }
     log.append_with(&[[9; 100]], Durability::None).unwrap();
-    // The fsync fails (operation 1), the marker is created, fsynced and its
-    // directory fsynced (2-4); the truncation never happens.
+    // The fsync fails (operation 1), the marker is created, written,
+    // fsynced and its directory fsynced (2-5); the truncation never happens.
     storage.inject(Fault::FsyncEio { nth: 1 });
-    storage.power_cut_after(4);
+    storage.power_cut_after(5);
     assert!(matches!(log.sync(), Err(Error::Poisoned { .. })));
     let image = storage.process_crash();
     drop(log);
@@ -2367,5 +2369,75 @@ fn a_compaction_after_a_failed_directory_fsync_first_makes_the_removal_durable()
          be read from its first LSN in {} of 33 images; the first (crash seed, error): {:?}",
         failures.len(),
         failures.first()
+    );
+}
+
+/// A poisoned writer leaves its `POISONED` marker, truncates the active
+/// segment to its last fsynced byte, and fsyncs the truncation. If it dies
+/// before that fsync (here: the power is cut for it after the truncation),
+/// the truncation is not durable. An open of that disk serves what it finds
+/// (the truncated segment), but a power loss before the open made that
+/// durable (or with no open at all) may undo the truncation: the frames the
+/// writer refused, and reported as taken back (`Log::taken_back_from`), come
+/// back, and two recoveries of the same disk disagree. The marker records
+/// where the writer cut, and recovery cuts there whatever the crash kept.
+#[test]
+fn recovery_after_a_poisoned_writer_cuts_where_it_cut() {
+    use convlog::log::Log;
+    let storage = regression_disk(17);
+    let options = |storage: &SimStorage| {
+        LogOptions::new()
+            .storage(Arc::new(storage.clone()))
+            .segment_bytes_max(SEGMENT_BYTES_MAX)
+    };
+    let log = Log::open(STORE, options(&storage)).unwrap();
+    for index in 0..5u8 {
+        log.append_with(&[[index; 100]], Durability::Sync).unwrap();
+    }
+    log.append_with(&[[8; 100]], Durability::None).unwrap();
+    log.append_with(&[[9; 100], [10; 100]], Durability::None)
+        .unwrap();
+    // The fsync fails (operation 1), the marker is created, written,
+    // fsynced and its directory fsynced (2-5), the segment is truncated (6);
+    // the fsync of the truncation never happens.
+    storage.inject(Fault::FsyncEio { nth: 1 });
+    storage.power_cut_after(6);
+    assert!(matches!(log.sync(), Err(Error::Poisoned { .. })));
+    assert_eq!(log.taken_back_from(), Some(6));
+    let image = storage.process_crash();
+    drop(log);
+    let served = Log::open(STORE, options(&image.process_crash()))
+        .unwrap()
+        .next_lsn();
+    assert_eq!(served, 6, "the uninterrupted open serves the truncated log");
+    let mut differ = Vec::new();
+    for operations in 0..8 {
+        for seed in 0..64 {
+            let spare = image.process_crash();
+            spare.power_cut_after(operations);
+            drop(Log::open(STORE, options(&spare)));
+            match Log::open(STORE, options(&spare.crash(seed))) {
+                Ok(log) => {
+                    let read: convlog::Result<Vec<_>> = log.iter_from(1).collect();
+                    if log.next_lsn() != served || read.is_err() {
+                        differ.push((
+                            operations,
+                            seed,
+                            format!("{} events, read {:?}", log.next_lsn() - 1, read.err()),
+                        ));
+                    }
+                }
+                Err(error) => differ.push((operations, seed, error.to_string())),
+            }
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "an open served {} events; after a power cut during an open of the same disk and a \
+         power loss, {} of 512 opens differ; the first (operations before the cut, crash \
+         seed, what opened): {:?}",
+        served - 1,
+        differ.len(),
+        differ.first()
     );
 }

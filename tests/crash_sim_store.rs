@@ -1291,8 +1291,100 @@ impl Sim {
 
     fn step_append(&mut self, count: u64) -> Check {
         let durability = self.durability();
-        let api = self.rng.below(4);
+        let api = self.rng.below(5);
+        if api == 4 {
+            return self.append_batches(count);
+        }
         self.append(count, durability, api)
+    }
+
+    /// Appends `count` batches of 1-3 new events with one call of
+    /// `Store::append_batches` (one durable commit): every batch it
+    /// acknowledges is durable, a refused one is refused for a fault (the
+    /// writer is poisoned), and none is acknowledged after one of its
+    /// group was refused.
+    fn append_batches(&mut self, count: u64) -> Check {
+        let batches: Vec<Vec<Event>> = (0..count)
+            .map(|_| {
+                let events = 1 + self.rng.below(3);
+                self.events.batch(&mut self.rng, events)
+            })
+            .collect();
+        let store = self.store();
+        let was_poisoned = store.log().is_poisoned();
+        let tally_before = store.slice::<TallyReducer>().ok().map(|tally| tally.events);
+        let fired = self.fired();
+        let refs: Vec<&[Event]> = batches.iter().map(Vec::as_slice).collect();
+        let results = store.append_batches(&refs);
+        // As in `append`: the automatic snapshot finishes first.
+        let snapshots_failed = store.automatic_snapshots().1;
+        store.wait_for_snapshots();
+        let snapshot_failed = store.automatic_snapshots().1 > snapshots_failed;
+        let fired = self.fired() > fired;
+        trace(format!(
+            "  append_batches [{}] -> {:?}",
+            batches
+                .iter()
+                .map(|batch| kinds(batch))
+                .collect::<Vec<_>>()
+                .join(" | "),
+            results
+                .iter()
+                .map(|result| result.as_ref().map_err(|error| error.to_string()))
+                .collect::<Vec<_>>()
+        ));
+        if snapshot_failed {
+            trace(format!(
+                "    automatic snapshot failed: {:?}",
+                self.store().last_snapshot_error()
+            ));
+            self.note_failed_snapshot();
+        }
+        let mut refused = false;
+        let mut folded = 0;
+        for (events, result) in batches.into_iter().zip(results) {
+            match result {
+                Ok(lsns) => {
+                    let count = events.len() as Lsn;
+                    ensure!(
+                        !was_poisoned && !refused,
+                        "check 5: append_batches acknowledged LSNs {lsns:?} on a poisoned store or after refusing an earlier batch of the group"
+                    );
+                    ensure!(
+                        lsns.start == self.model.end() && lsns.end - lsns.start == count,
+                        "check 2: a batch of {count} of a group got LSNs {lsns:?} where {} was next",
+                        self.model.end()
+                    );
+                    self.model.push(events);
+                    self.model.written_end = lsns.end;
+                    self.model.durable_end = lsns.end;
+                    folded += count;
+                    self.totals.appends_acknowledged += 1;
+                }
+                Err(error) => {
+                    self.explained(&error, fired, was_poisoned, "a batch of append_batches")?;
+                    refused = true;
+                    self.totals.appends_refused += 1;
+                }
+            }
+        }
+        let store = self.store();
+        let poisoned = store.log().is_poisoned();
+        ensure!(
+            !refused || poisoned,
+            "check 5: append_batches refused a batch but the writer is not poisoned"
+        );
+        // `None` once a failed fsync took back folded events.
+        let tally_after = store.slice::<TallyReducer>().ok().map(|tally| tally.events);
+        ensure!(
+            tally_after.is_none() || tally_after == tally_before.map(|events| events + folded),
+            "check 2: append_batches folded {folded} events, but the host slice went from {tally_before:?} to {tally_after:?}"
+        );
+        if poisoned && !was_poisoned {
+            self.totals.poisonings += 1;
+            trace("    poisoned".to_string());
+        }
+        Ok(())
     }
 
     /// Appends a batch of `count` new events through one of the append

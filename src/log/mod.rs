@@ -294,6 +294,9 @@ pub struct Log {
     /// The LSN of the newest checkpoint published (serializes publishing,
     /// so an older checkpoint never replaces a newer one).
     last_checkpoint: Mutex<Option<Lsn>>,
+    /// Serializes segment removal; true while a removal is not known to
+    /// be durable (the directory fsync after it failed).
+    removal_unsynced: Mutex<bool>,
     /// The store directory's lock, then the `LOCK` file's.
     _locks: [LockGuard; 2],
 }
@@ -405,6 +408,7 @@ impl Log {
             syncer: Mutex::new(None),
             syncer_interval_nanos: AtomicU64::new(0),
             last_checkpoint: Mutex::new(None),
+            removal_unsynced: Mutex::new(false),
             _locks: [directory_lock, file_lock],
         };
         log.prepare(options.durability)?;
@@ -574,20 +578,38 @@ impl Log {
     /// Deletes every sealed segment whose events all precede `lsn` (a
     /// snapshot covers them). Returns the removed files. Readers that have
     /// a segment mapped keep reading it; new reads no longer find it.
+    ///
+    /// On failure the segments not removed stay in the log, and the next
+    /// call removes them first: the log only ever starts later, it never
+    /// has a hole.
     pub fn remove_segments_before(&self, lsn: Lsn) -> Result<Vec<std::path::PathBuf>> {
-        let removable = self.view.take_sealed_before(lsn);
+        let mut removal_unsynced = self.removal_unsynced.lock();
         let storage = self.writer.storage();
+        let dir = self.dir();
+        if *removal_unsynced {
+            // A removal whose directory fsync failed may still be undone by
+            // a crash; a later removal made durable without it would leave
+            // a hole.
+            storage
+                .sync_dir(dir)
+                .map_err(Error::io("fsync store directory", dir))?;
+            *removal_unsynced = false;
+        }
+        let removable = self.view.take_sealed_before(lsn);
         // Oldest first, each removal made durable before the next: a crash
         // in between leaves a log that starts later, never one with a hole.
-        for path in &removable {
-            storage
-                .remove_file(path)
-                .map_err(Error::io("remove compacted segment", path))?;
-            storage
-                .sync_dir(self.dir())
-                .map_err(Error::io("fsync store directory", self.dir()))?;
+        for (index, (_, path)) in removable.iter().enumerate() {
+            if let Err(error) = storage.remove_file(path) {
+                self.view.restore_sealed(&removable[index..]);
+                return Err(Error::io("remove compacted segment", path)(error));
+            }
+            if let Err(error) = storage.sync_dir(dir) {
+                *removal_unsynced = true;
+                self.view.restore_sealed(&removable[index + 1..]);
+                return Err(Error::io("fsync store directory", dir)(error));
+            }
         }
-        Ok(removable)
+        Ok(removable.into_iter().map(|(_, path)| path).collect())
     }
 
     /// Makes every event appended so far durable.

@@ -256,11 +256,12 @@ impl SharedView {
     }
 
     /// Removes sealed segments whose events all precede `lsn` from the view
-    /// (the last segment is never removed); returns their paths.
+    /// (the last segment is never removed); returns their first LSNs and
+    /// paths, oldest first.
     ///
     /// A segment that an iterator already holds in its layout is mapped
     /// first, so the iterator keeps reading it after the file is deleted.
-    pub(crate) fn take_sealed_before(&self, lsn: Lsn) -> Vec<PathBuf> {
+    pub(crate) fn take_sealed_before(&self, lsn: Lsn) -> Vec<(Lsn, PathBuf)> {
         let taken: Vec<Arc<SealedSegment>> = {
             let mut state = self.state.write();
             let mut removable = 0;
@@ -292,8 +293,26 @@ impl SharedView {
         }
         taken
             .into_iter()
-            .map(|segment| segment.path.clone())
+            .map(|segment| (segment.first_lsn, segment.path.clone()))
             .collect()
+    }
+
+    /// Puts back at the front of the view the oldest segments
+    /// `take_sealed_before` took, when their files could not be removed:
+    /// they are still on disk, and a later compaction must remove them
+    /// before any newer segment.
+    pub(crate) fn restore_sealed(&self, segments: &[(Lsn, PathBuf)]) {
+        if segments.is_empty() {
+            return;
+        }
+        {
+            let mut state = self.state.write();
+            let restored = segments
+                .iter()
+                .map(|(first_lsn, path)| SealedSegment::new(*first_lsn, path.clone()));
+            state.sealed.splice(0..0, restored);
+        }
+        self.bump();
     }
 
     pub(crate) fn first_lsn(&self) -> Lsn {

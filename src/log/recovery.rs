@@ -26,8 +26,54 @@ use crate::storage::{SealedFile, Storage, StorageFile};
 /// Name of the directory inside a store where salvage moves damaged bytes.
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// Marker a poisoned writer leaves before truncating what it refused; the
-/// next open starts a fresh segment and removes it.
+/// next open starts a fresh segment and removes it. It records where the
+/// writer cuts (`poisoned_marker_record`), so that every open cuts there
+/// even when a crash undid the writer's truncation.
 pub const POISONED_MARKER: &str = "POISONED";
+
+/// What a poisoned writer writes into its marker: the first LSN of its
+/// active segment and the segment's durable length (where it cuts), then a
+/// CRC-32 of those two numbers, as one line of text:
+/// `"cut <first_lsn> <bytes> <crc32 in hex>\n"`.
+pub(crate) fn poisoned_marker_record(first_lsn: Lsn, durable_bytes: u64) -> Vec<u8> {
+    let fields = format!("cut {first_lsn} {durable_bytes}");
+    let crc = crc32fast::hash(fields.as_bytes());
+    format!("{fields} {crc:08x}\n").into_bytes()
+}
+
+/// The (segment first LSN, durable length) a poisoned marker records;
+/// `None` for an empty marker (older versions, or a writer that died before
+/// its record was durable) or one whose record does not check.
+fn parse_poisoned_marker(bytes: &[u8]) -> Option<(Lsn, u64)> {
+    let line = std::str::from_utf8(bytes).ok()?.strip_suffix('\n')?;
+    let (fields, crc) = line.rsplit_once(' ')?;
+    if u32::from_str_radix(crc, 16).ok()? != crc32fast::hash(fields.as_bytes()) || crc.len() != 8 {
+        return None;
+    }
+    let mut parts = fields.split(' ');
+    let (Some("cut"), Some(first_lsn), Some(bytes), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    Some((first_lsn.parse().ok()?, bytes.parse().ok()?))
+}
+
+/// The cut a poisoned writer's marker in `dir` records, if the marker
+/// exists and its record checks.
+fn poisoned_cut(storage: &dyn Storage, dir: &Path) -> Option<(Lsn, u64)> {
+    let marker = dir.join(POISONED_MARKER);
+    if !storage.exists(&marker) {
+        return None;
+    }
+    match read_whole(storage, &marker) {
+        Ok(bytes) => parse_poisoned_marker(&bytes),
+        Err(error) => {
+            tracing::warn!(marker = %marker.display(), %error, "could not read the poisoned marker; recovery keeps every valid frame");
+            None
+        }
+    }
+}
 
 /// How a scan of one segment ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -374,6 +420,7 @@ pub fn recover(storage: &dyn Storage, dir: &Path, options: RecoveryOptions) -> R
         dir,
         options,
         originally_last: listing.segments.last().map(|segment| segment.first_lsn),
+        poisoned_cut: poisoned_cut(storage, dir),
         segments: listing.segments,
         store_id: None,
         report,
@@ -481,6 +528,9 @@ struct Recovery<'a> {
     originally_last: Option<Lsn>,
     /// The store's identity: every segment must carry the first one's.
     store_id: Option<StoreId>,
+    /// Where a poisoned previous writer cut (segment first LSN, length):
+    /// what follows was refused, whether or not its truncation survived.
+    poisoned_cut: Option<(Lsn, u64)>,
     report: RecoveryReport,
 }
 
@@ -594,8 +644,20 @@ impl Recovery<'_> {
         &mut self,
         last: &SegmentFile,
     ) -> Result<std::result::Result<LastSegment, (u64, String)>> {
-        let bytes = read_whole(self.storage, &last.path)?;
+        let mut bytes = read_whole(self.storage, &last.path)?;
         check_version(&last.path, &bytes)?;
+        if let Some((first_lsn, cut)) = self.poisoned_cut {
+            if first_lsn == last.first_lsn
+                && cut >= SEGMENT_HEADER_BYTES as u64
+                && cut < bytes.len() as u64
+            {
+                // The previous writer refused everything past `cut` (and
+                // may have died before its truncation was durable): serve
+                // none of it, as every other open of this disk would not.
+                // Sealing the segment (`open_active`) cuts the file there.
+                bytes.truncate(cut as usize);
+            }
+        }
         let was_sealed =
             self.report.salvaged.is_some() && self.originally_last != Some(last.first_lsn);
         let scan = match scan_segment_probe(&bytes, !was_sealed, self.options.full_check_from_lsn) {
@@ -1337,6 +1399,22 @@ pub fn chain_before(storage: &dyn Storage, dir: &Path, lsn: Lsn) -> Result<Chain
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A poisoned marker's record reads back; an empty, torn or altered one
+    /// reads as no record (recovery then keeps every valid frame).
+    #[test]
+    fn a_poisoned_marker_record_reads_back_and_a_damaged_one_is_ignored() {
+        let record = poisoned_marker_record(35, 3910);
+        assert_eq!(parse_poisoned_marker(&record), Some((35, 3910)));
+        assert_eq!(parse_poisoned_marker(b""), None);
+        for length in 0..record.len() {
+            assert_eq!(parse_poisoned_marker(&record[..length]), None, "{length}");
+        }
+        let altered = String::from_utf8(record.clone())
+            .unwrap()
+            .replace("3910", "3911");
+        assert_eq!(parse_poisoned_marker(altered.as_bytes()), None);
+    }
 
     /// The skip over zero runs finds a proving frame wherever it starts
     /// after them, and none where there is none.

@@ -1090,10 +1090,17 @@ impl Writer {
             // Leave a durable note first: the next open then writes into a
             // fresh segment, never over the offsets of refused frames.
             let marker = self.dir.join(crate::log::recovery::POISONED_MARKER);
+            let record = crate::log::recovery::poisoned_marker_record(
+                state.active_first_lsn,
+                state.durable_bytes,
+            );
             let noted = self
                 .storage
                 .create(&marker)
-                .and_then(|file| file.sync_all())
+                .and_then(|file| {
+                    file.write_all_at(&record, 0)?;
+                    file.sync_all()
+                })
                 .and_then(|()| self.storage.sync_dir(&self.dir));
             if let Err(error) = noted {
                 tracing::error!(marker = %marker.display(), error = %error, "could not leave the poisoned marker");

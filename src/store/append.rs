@@ -92,22 +92,7 @@ impl Store {
     pub fn append_with(&self, events: &[Event], options: AppendOptions) -> Result<Range<Lsn>> {
         let durability = options.durability.unwrap_or_else(|| self.log.durability());
         // Sealed events, key records and erasures are the store's own.
-        if let Some((index, Event::Custom(custom))) = events
-            .iter()
-            .enumerate()
-            .find(|(_, event)| crate::erasure::is_reserved(event))
-        {
-            return Err(Error::InvalidEvent {
-                index,
-                field: crate::model::InvalidField {
-                    field: "kind".to_string(),
-                    reason: format!(
-                        "{:?} is written by the store only (docs/erasure.md)",
-                        custom.kind
-                    ),
-                },
-            });
-        }
+        reject_reserved(events)?;
         self.append_checked(events, durability, options.expect.as_ref())
     }
 
@@ -305,21 +290,7 @@ impl Store {
         if events.is_empty() {
             return Err(Error::EmptyBatch);
         }
-        if let Some(index) = events.iter().position(crate::erasure::is_reserved) {
-            let Event::Custom(custom) = &events[index] else {
-                unreachable!("only custom events are reserved")
-            };
-            return Err(Error::InvalidEvent {
-                index,
-                field: crate::model::InvalidField {
-                    field: "kind".to_string(),
-                    reason: format!(
-                        "{:?} is written by the store only (docs/erasure.md)",
-                        custom.kind
-                    ),
-                },
-            });
-        }
+        reject_reserved(events)?;
         for (index, event) in events.iter().enumerate() {
             event
                 .validate()
@@ -441,4 +412,26 @@ impl Store {
         self.announced(announced);
         lsns.start + made.len() as Lsn..lsns.end
     }
+}
+
+/// Refuses a batch holding an event only the store writes (sealed events,
+/// key records, erasures), naming the first one.
+fn reject_reserved(events: &[Event]) -> Result<()> {
+    let Some((index, Event::Custom(custom))) = events
+        .iter()
+        .enumerate()
+        .find(|(_, event)| crate::erasure::is_reserved(event))
+    else {
+        return Ok(());
+    };
+    Err(Error::InvalidEvent {
+        index,
+        field: crate::model::InvalidField {
+            field: "kind".to_string(),
+            reason: format!(
+                "{:?} is written by the store only (docs/erasure.md)",
+                custom.kind
+            ),
+        },
+    })
 }

@@ -1,7 +1,7 @@
 """Durable direct writes beside a zero-filling thread (docs/performance.md,
 "Two durable writes in flight, tried").
 
-usage: python3 benches/device_zero_fill.py DIR [WRITE_BYTES] [ZERO_BYTES_PER_S]
+usage: [CHUNK=BYTES] python3 benches/device_zero_fill.py DIR [WRITE_BYTES] [ZERO_BYTES_PER_S]
 
 Writes N durable direct writes (O_DIRECT + RWF_DSYNC, queue depth 1) of
 WRITE_BYTES into zero-filled space of a file in DIR, alone, then beside a
@@ -18,7 +18,7 @@ import threading
 import time
 
 N = 3000
-CHUNK = 1 << 20
+CHUNK = int(os.environ.get("CHUNK", 1 << 20))  # bytes per prepared chunk
 PIECE = 256 * 1024
 
 

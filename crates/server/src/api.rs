@@ -132,7 +132,12 @@ pub struct CreateContextRequest {
     pub agent_id: String,
     /// The new context's id (made up by the server when absent): 1 to 128
     /// characters of `A-Z a-z 0-9 . _ : -`.
-    #[schema(example = "ctx_123", pattern = r"^[A-Za-z0-9._:-]{1,128}$", min_length = 1, max_length = 128)]
+    #[schema(
+        example = "ctx_123",
+        pattern = r"^[A-Za-z0-9._:-]{1,128}$",
+        min_length = 1,
+        max_length = 128
+    )]
     pub context_id: Option<String>,
     /// Readable by every authenticated user (writable only by its owner).
     #[serde(default)]
@@ -511,7 +516,9 @@ pub struct ConversationRecordedSchema {
     #[schema(min_length = 1, max_length = 256)]
     session_id: Option<String>,
     /// When the event was emitted (default: now).
-    #[schema(pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$")]
+    #[schema(
+        pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$"
+    )]
     created_at: Option<String>,
     /// The message.
     entry: EntrySchema,
@@ -603,10 +610,14 @@ pub struct EntryToolCallSchema {
     /// Where the call is (default `pending`).
     status: Option<ToolCallStatusSchema>,
     /// When it started running.
-    #[schema(pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$")]
+    #[schema(
+        pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$"
+    )]
     started_at: Option<String>,
     /// When it finished.
-    #[schema(pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$")]
+    #[schema(
+        pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$"
+    )]
     ended_at: Option<String>,
     /// The error of a failed call.
     error: Option<String>,
@@ -717,7 +728,9 @@ pub struct ToolStatusSchema {
     /// The new status.
     status: ToolCallStatusSchema,
     /// When it changed (default: now).
-    #[schema(pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$")]
+    #[schema(
+        pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$"
+    )]
     at: Option<String>,
     /// The error of a failed call.
     error: Option<String>,
@@ -740,7 +753,9 @@ pub struct MessagesReplacedSchema {
     #[schema(max_items = 100000)]
     entries: Vec<EntrySchema>,
     /// When (default: now).
-    #[schema(pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$")]
+    #[schema(
+        pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$"
+    )]
     at: Option<String>,
 }
 
@@ -764,7 +779,9 @@ pub struct HistoryCuratedSchema {
     #[schema(minimum = 0)]
     curated_count: u64,
     /// When (default: now).
-    #[schema(pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$")]
+    #[schema(
+        pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$"
+    )]
     at: Option<String>,
     /// The prompt the curated request was built for (a label).
     #[schema(max_length = 1024)]
@@ -785,12 +802,20 @@ pub struct CustomSchema {
     kind: CustomType,
     /// What the payload is (a label, not empty); reducers match on it.
     #[serde(rename = "kind")]
-    #[schema(example = "tokens", min_length = 1, max_length = 1024, pattern = r"^(?!convlog\.)")]
+    #[schema(
+        example = "tokens",
+        min_length = 1,
+        max_length = 1024,
+        pattern = r"^(?!convlog\.)"
+    )]
     custom_kind: String,
     /// The conversation: the context's id.
     #[schema(example = "ctx_123", min_length = 1, max_length = 256)]
     conversation_id: String,
     /// The bytes, in standard base64 with padding (may be empty).
-    #[schema(example = "AAEAAAAAAAA=", pattern = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$")]
+    #[schema(
+        example = "AAEAAAAAAAA=",
+        pattern = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$"
+    )]
     payload: String,
 }

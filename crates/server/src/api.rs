@@ -451,7 +451,7 @@ pub struct AddAiMessageWithPrompt {
 #[schema(as = Event)]
 pub enum EventSchema {
     /// A message recorded.
-    ConversationRecorded(ConversationRecordedSchema),
+    ConversationRecorded(Box<ConversationRecordedSchema>),
     /// A tool call changed status.
     ToolStatus(ToolStatusSchema),
     /// Every message replaced.

@@ -1,6 +1,8 @@
 //! The request and response bodies: the types the handlers use are the
 //! types the OpenAPI document describes.
 
+use std::collections::BTreeMap;
+
 use convlog::control::ControlMessage;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -124,10 +126,18 @@ pub struct ChatResponse {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateContextRequest {
-    /// The agent its generations use (one of the configured agents).
+    /// The agent its generations use: one of the configured agents (the
+    /// served document lists them).
+    #[schema(example = "assistant")]
     pub agent_id: String,
     /// The new context's id (made up by the server when absent): 1 to 128
     /// characters of `A-Z a-z 0-9 . _ : -`.
+    #[schema(
+        example = "ctx_123",
+        pattern = r"^[A-Za-z0-9._:-]{1,128}$",
+        min_length = 1,
+        max_length = 128
+    )]
     pub context_id: Option<String>,
     /// Readable by every authenticated user (writable only by its owner).
     #[serde(default)]
@@ -204,9 +214,10 @@ pub struct ContextList {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AppendEventsRequest {
-    /// The events (`docs/events.md`), each of this context: kept as the
-    /// request's text, which the events' JSON form is parsed from once.
-    #[schema(value_type = Vec<Object>)]
+    /// The events (`docs/events.md`), each of this context: 1 to
+    /// `MESSAGES_PER_REQUEST_MAX` of them. Kept as the request's text,
+    /// which the events' JSON form is parsed from once.
+    #[schema(value_type = Vec<EventSchema>, min_items = 1, max_items = 1000)]
     pub events: Box<serde_json::value::RawValue>,
 }
 
@@ -378,4 +389,433 @@ pub struct EraseResponse {
     pub erased_at: i64,
     /// The LSN of the `convlog.erased` event recording it.
     pub lsn: u64,
+}
+
+/// `POST /chat/add-ai-message`, as the OpenAPI document shows it: exactly
+/// one of `message` and `prompt` (the handler reads
+/// [`AddAiMessageRequest`], which says so in words when a request has both
+/// or neither).
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[schema(as = AddAiMessageBody)]
+pub enum AddAiMessageSchema {
+    /// A pre-written AI message.
+    Message(AddAiMessageWithMessage),
+    /// A prompt the agent answers.
+    Prompt(AddAiMessageWithPrompt),
+}
+
+/// `POST /chat/add-ai-message` with a pre-written AI message, always saved.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddAiMessageWithMessage {
+    /// The context.
+    #[schema(example = "ctx_123")]
+    context_id: String,
+    /// The AI message.
+    message: String,
+    /// Not used with `message` (accepted, as with `prompt`).
+    #[schema(default = true)]
+    save_ai_messages: Option<bool>,
+    /// Not used with `message` (accepted, as with `prompt`).
+    #[schema(default = true)]
+    save_system_message: Option<bool>,
+}
+
+/// `POST /chat/add-ai-message` with a system prompt the agent answers.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddAiMessageWithPrompt {
+    /// The context.
+    #[schema(example = "ctx_123")]
+    context_id: String,
+    /// A system prompt shown to the agent before it generates.
+    prompt: String,
+    /// Save what the agent generates.
+    #[schema(default = true)]
+    save_ai_messages: Option<bool>,
+    /// Save the prompt as a system message (else it steers this
+    /// generation only).
+    #[schema(default = true)]
+    save_system_message: Option<bool>,
+}
+
+/// An event in its JSON form (`docs/events.md`), as the OpenAPI document
+/// shows the items of `POST /contexts/{context_id}/events` (the handler
+/// parses them with the library's JSON form, which checks every rule
+/// here and names the field at fault). Besides what the schema says:
+/// `conversation_id` must be the context's, and the custom kinds the
+/// server writes itself are refused.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[schema(as = Event)]
+pub enum EventSchema {
+    /// A message recorded.
+    ConversationRecorded(Box<ConversationRecordedSchema>),
+    /// A tool call changed status.
+    ToolStatus(ToolStatusSchema),
+    /// Every message replaced.
+    MessagesReplaced(MessagesReplacedSchema),
+    /// What a history manager showed the provider.
+    HistoryCurated(HistoryCuratedSchema),
+    /// An event for host reducers.
+    Custom(CustomSchema),
+}
+
+/// An event's `type`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConversationRecordedType {
+    /// The only value.
+    ConversationRecorded,
+}
+
+/// An event's `type`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatusType {
+    /// The only value.
+    ToolStatus,
+}
+
+/// An event's `type`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MessagesReplacedType {
+    /// The only value.
+    MessagesReplaced,
+}
+
+/// An event's `type`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryCuratedType {
+    /// The only value.
+    HistoryCurated,
+}
+
+/// An event's `type`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CustomType {
+    /// The only value.
+    Custom,
+}
+
+/// `conversation_recorded`: a message was recorded in a conversation.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = ConversationRecorded)]
+pub struct ConversationRecordedSchema {
+    #[serde(rename = "type")]
+    kind: ConversationRecordedType,
+    /// The conversation: the context's id (an id: 1 to 256 bytes).
+    #[schema(example = "ctx_123", min_length = 1, max_length = 256)]
+    conversation_id: String,
+    /// The host session that recorded it (an id).
+    #[schema(min_length = 1, max_length = 256)]
+    session_id: Option<String>,
+    /// When the event was emitted (default: now).
+    #[schema(
+        pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$"
+    )]
+    created_at: Option<String>,
+    /// The message.
+    entry: EntrySchema,
+}
+
+/// One message, provider-neutral (`docs/events.md`, "The entry"): by its
+/// role, since only assistant entries carry tool calls and a tool entry
+/// names the call it answers.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[schema(as = Entry)]
+pub enum EntrySchema {
+    /// A system or user message.
+    Message(MessageEntrySchema),
+    /// An assistant message, with or without tool calls.
+    Assistant(AssistantEntrySchema),
+    /// A tool result.
+    Tool(ToolEntrySchema),
+}
+
+/// The role of a system or user entry.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageRole {
+    /// A system prompt.
+    System,
+    /// The user.
+    User,
+}
+
+/// The role of an assistant entry.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AssistantRole {
+    /// The only value.
+    Assistant,
+}
+
+/// The role of a tool entry.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolRole {
+    /// The only value.
+    Tool,
+}
+
+/// Where a tool call is.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[schema(as = ToolCallStatus)]
+pub enum ToolCallStatusSchema {
+    /// Asked for, not started.
+    Pending,
+    /// Running.
+    Running,
+    /// Finished.
+    Completed,
+    /// Failed.
+    Failed,
+}
+
+/// The model's reasoning, kept to be passed back verbatim.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = Reasoning)]
+pub struct ReasoningSchema {
+    /// The reasoning text.
+    text: Option<String>,
+    /// The provider's signature, or the opaque data when redacted.
+    signature: Option<String>,
+    /// Whether the reasoning is redacted.
+    #[schema(default = false)]
+    redacted: Option<bool>,
+}
+
+/// A tool call of an assistant entry.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = EntryToolCall)]
+pub struct EntryToolCallSchema {
+    /// The provider's id for the call (an id; once per entry).
+    #[schema(min_length = 1, max_length = 256)]
+    call_id: String,
+    /// The tool (an id).
+    #[schema(min_length = 1, max_length = 256)]
+    name: String,
+    /// The provider's JSON-encoded arguments, kept verbatim.
+    arguments: String,
+    /// Where the call is (default `pending`).
+    status: Option<ToolCallStatusSchema>,
+    /// When it started running.
+    #[schema(
+        pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$"
+    )]
+    started_at: Option<String>,
+    /// When it finished.
+    #[schema(
+        pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$"
+    )]
+    ended_at: Option<String>,
+    /// The error of a failed call.
+    error: Option<String>,
+}
+
+/// The entry schemas share every field but the role and what depends on
+/// it.
+macro_rules! entry_schema {
+    ($(#[$meta:meta])* $name:ident as $alias:ident, $role:ty, { $($extra:tt)* }) => {
+        $(#[$meta])*
+        #[derive(Serialize, ToSchema)]
+        #[serde(deny_unknown_fields)]
+        #[schema(as = $alias)]
+        pub struct $name {
+            /// The message's identity (default: a new random UUID).
+            #[schema(pattern = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")]
+            message_id: Option<String>,
+            /// The run the message belongs to (an id: 1 to 256 bytes).
+            #[schema(example = "eval-7", min_length = 1, max_length = 256)]
+            evaluation_id: String,
+            /// Order within the evaluation (default: the next one; at most
+            /// 2^53 - 1).
+            #[schema(minimum = 0, maximum = 9007199254740991_u64)]
+            sequence: Option<u64>,
+            /// The provider round trip (default 0; at most 2^31 - 1).
+            #[schema(minimum = 0, maximum = 2147483647)]
+            turn: Option<u32>,
+            /// Who it is from.
+            role: $role,
+            /// The text.
+            content: Option<String>,
+            /// The model's reasoning.
+            reasoning: Option<ReasoningSchema>,
+            /// The tool that produced a result (an id).
+            #[schema(min_length = 1, max_length = 256)]
+            tool_name: Option<String>,
+            /// The tool failed.
+            #[schema(default = false)]
+            is_error: Option<bool>,
+            /// Why the model stopped (a label: at most 1 KiB).
+            #[schema(max_length = 1024)]
+            finish_reason: Option<String>,
+            /// The prompt's namespace (a label).
+            #[schema(max_length = 1024)]
+            prompt_ns: Option<String>,
+            /// The prompt's key (a label).
+            #[schema(max_length = 1024)]
+            prompt_key: Option<String>,
+            /// When the message was created (default: the event's time).
+            #[schema(pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$")]
+            created_at: Option<String>,
+            /// Provider extras: at most 256 pairs, keys labels (at most 1
+            /// KiB), values texts.
+            metadata: Option<BTreeMap<String, String>>,
+            $($extra)*
+        }
+    };
+}
+
+entry_schema!(
+    /// A system or user entry.
+    MessageEntrySchema as MessageEntry, MessageRole, {
+        /// The call a result answers (an id).
+        #[schema(min_length = 1, max_length = 256)]
+        tool_call_id: Option<String>,
+    }
+);
+
+entry_schema!(
+    /// An assistant entry.
+    AssistantEntrySchema as AssistantEntry, AssistantRole, {
+        /// The call a result answers (an id).
+        #[schema(min_length = 1, max_length = 256)]
+        tool_call_id: Option<String>,
+        /// The calls the model asked for: at most 1,024, each `call_id`
+        /// once.
+        #[schema(max_items = 1024)]
+        tool_calls: Option<Vec<EntryToolCallSchema>>,
+    }
+);
+
+entry_schema!(
+    /// A tool result: `content` holds the result (or the error, with
+    /// `is_error`).
+    ToolEntrySchema as ToolEntry, ToolRole, {
+        /// The call this result answers (an id).
+        #[schema(min_length = 1, max_length = 256)]
+        tool_call_id: String,
+    }
+);
+
+/// `tool_status`: a tool call changed status.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = ToolStatusEvent)]
+pub struct ToolStatusSchema {
+    #[serde(rename = "type")]
+    kind: ToolStatusType,
+    /// The conversation: the context's id.
+    #[schema(example = "ctx_123", min_length = 1, max_length = 256)]
+    conversation_id: String,
+    /// The evaluation whose assistant entry holds the call (an id).
+    #[schema(min_length = 1, max_length = 256)]
+    evaluation_id: String,
+    /// The call (an id).
+    #[schema(min_length = 1, max_length = 256)]
+    call_id: String,
+    /// The new status.
+    status: ToolCallStatusSchema,
+    /// When it changed (default: now).
+    #[schema(
+        pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$"
+    )]
+    at: Option<String>,
+    /// The error of a failed call.
+    error: Option<String>,
+    /// Whether the host runs the call again after a resume.
+    #[schema(default = false)]
+    resumed: Option<bool>,
+}
+
+/// `messages_replaced`: every message of the conversation replaced.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = MessagesReplaced)]
+pub struct MessagesReplacedSchema {
+    #[serde(rename = "type")]
+    kind: MessagesReplacedType,
+    /// The conversation: the context's id.
+    #[schema(example = "ctx_123", min_length = 1, max_length = 256)]
+    conversation_id: String,
+    /// The new messages, in order (at most 100,000).
+    #[schema(max_items = 100000)]
+    entries: Vec<EntrySchema>,
+    /// When (default: now).
+    #[schema(
+        pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$"
+    )]
+    at: Option<String>,
+}
+
+/// `history_curated`: what a history manager showed the provider.
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = HistoryCurated)]
+pub struct HistoryCuratedSchema {
+    #[serde(rename = "type")]
+    kind: HistoryCuratedType,
+    /// The conversation: the context's id.
+    #[schema(example = "ctx_123", min_length = 1, max_length = 256)]
+    conversation_id: String,
+    /// The manager and its parameters (a label).
+    #[schema(example = "sliding_window(50)", max_length = 1024)]
+    strategy: String,
+    /// Messages before curation.
+    #[schema(minimum = 0)]
+    original_count: u64,
+    /// Messages sent.
+    #[schema(minimum = 0)]
+    curated_count: u64,
+    /// When (default: now).
+    #[schema(
+        pattern = r"^(19[7-9][0-9]|2[0-9]{3})-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?Z$"
+    )]
+    at: Option<String>,
+    /// The prompt the curated request was built for (a label).
+    #[schema(max_length = 1024)]
+    prompt_name: Option<String>,
+    /// The session the request belongs to (an id).
+    #[schema(min_length = 1, max_length = 256)]
+    session_id: Option<String>,
+}
+
+/// `custom`: an event for host reducers. Kinds starting with `convlog.`
+/// are convlog's own: the document leaves them out (the server refuses
+/// those it or the store writes itself).
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = CustomEvent)]
+pub struct CustomSchema {
+    #[serde(rename = "type")]
+    kind: CustomType,
+    /// What the payload is (a label, not empty); reducers match on it.
+    #[serde(rename = "kind")]
+    #[schema(
+        example = "tokens",
+        min_length = 1,
+        max_length = 1024,
+        pattern = r"^(?!convlog\.)"
+    )]
+    custom_kind: String,
+    /// The conversation: the context's id.
+    #[schema(example = "ctx_123", min_length = 1, max_length = 256)]
+    conversation_id: String,
+    /// The bytes, in standard base64 with padding (may be empty).
+    #[schema(
+        example = "AAEAAAAAAAA=",
+        pattern = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$"
+    )]
+    payload: String,
 }

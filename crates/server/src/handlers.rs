@@ -579,7 +579,7 @@ pub async fn chat(
 }
 
 /// Add a pre-written AI message, or have the agent answer a prompt.
-#[utoipa::path(post, path = "/chat/add-ai-message", tag = "chat", request_body = AddAiMessageRequest,
+#[utoipa::path(post, path = "/chat/add-ai-message", tag = "chat", request_body = AddAiMessageSchema,
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The message added, or the agent's answer", body = ChatResponse),

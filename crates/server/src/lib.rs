@@ -90,6 +90,8 @@ pub struct AppState {
     /// Whether a checkpoint is published when the server stops (a
     /// tamper-evident store with a checkpoint file).
     checkpoint_on_stop: bool,
+    /// The OpenAPI document served (`GET /openapi.json`), made once.
+    openapi: String,
     _mcp: Vec<McpServer>,
 }
 
@@ -136,6 +138,30 @@ impl utoipa::Modify for BearerAuth {
 /// The OpenAPI document as JSON.
 pub fn openapi_json() -> String {
     ApiDoc::openapi()
+        .to_pretty_json()
+        .expect("the OpenAPI document serializes")
+}
+
+/// The OpenAPI document a server with the agents `agents` serves: as
+/// [`openapi_json`], with `agent_id` of `POST /contexts` limited to those
+/// agents (the handler refuses any other).
+pub fn served_openapi_json<'a>(agents: impl IntoIterator<Item = &'a str>) -> String {
+    use utoipa::openapi::{RefOr, Schema};
+    let mut document = ApiDoc::openapi();
+    let agents: Vec<serde_json::Value> = agents.into_iter().map(Into::into).collect();
+    let agent_id = document
+        .components
+        .as_mut()
+        .and_then(|components| components.schemas.get_mut("CreateContextRequest"))
+        .and_then(|schema| match schema {
+            RefOr::T(Schema::Object(object)) => object.properties.get_mut("agent_id"),
+            _ => None,
+        });
+    match agent_id {
+        Some(RefOr::T(Schema::Object(agent_id))) => agent_id.enum_values = Some(agents),
+        _ => unreachable!("CreateContextRequest has an agent_id string"),
+    }
+    document
         .to_pretty_json()
         .expect("the OpenAPI document serializes")
 }
@@ -314,6 +340,7 @@ impl Server {
             let runner = Runner::new(Arc::clone(&store), Arc::new(client), tools, options);
             agents.insert(agent.id.clone(), Arc::new(runner));
         }
+        let openapi = served_openapi_json(agents.keys().map(String::as_str));
         Ok(Server {
             state: Arc::new(AppState {
                 control: MessageControl::new(Arc::clone(&store)),
@@ -332,6 +359,7 @@ impl Server {
                     .flat_map(|tamper| tamper.auditors.iter().cloned())
                     .collect(),
                 checkpoint_on_stop,
+                openapi,
                 _mcp: mcp,
             }),
             resume_on_start: config.resume_on_start,
@@ -462,10 +490,10 @@ impl Server {
     }
 }
 
-async fn openapi() -> Response {
+async fn openapi(axum::extract::State(state): axum::extract::State<Arc<AppState>>) -> Response {
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
-        openapi_json(),
+        state.openapi.clone(),
     )
         .into_response()
 }

@@ -1006,3 +1006,184 @@ async fn metrics_count_requests_by_route_and_status() {
     assert!(text.contains("convlog_server_contexts 1\n"), "{text}");
     server.stop().await;
 }
+
+/// The schema a `$ref` of the served document points to.
+fn resolve<'a>(document: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema["$ref"].as_str() {
+        Some(reference) => {
+            let name = reference.rsplit('/').next().unwrap();
+            let found = &document["components"]["schemas"][name];
+            assert!(found.is_object(), "{reference} is not in the document");
+            resolve(document, found)
+        }
+        None => schema,
+    }
+}
+
+/// The `type` values of each branch of a `oneOf`.
+fn branches<'a>(document: &'a Value, schema: &'a Value) -> Vec<&'a Value> {
+    resolve(document, schema)["oneOf"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a oneOf: {schema}"))
+        .iter()
+        .map(|branch| resolve(document, branch))
+        .collect()
+}
+
+/// The first `enum` of a property (an optional one wraps it in a `oneOf`
+/// with null; a referenced one is resolved).
+fn enum_of(document: &Value, schema: &Value) -> Vec<String> {
+    let schema = resolve(document, schema);
+    if let Some(values) = schema["enum"].as_array() {
+        return values
+            .iter()
+            .map(|value| value.as_str().unwrap().to_string())
+            .collect();
+    }
+    let any = schema["oneOf"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no enum: {schema}"));
+    any.iter()
+        .find(|one| resolve(document, one)["enum"].is_array())
+        .map(|one| enum_of(document, one))
+        .unwrap_or_else(|| panic!("no enum: {schema}"))
+}
+
+/// The served document says what the server accepts, so data made from it
+/// (a schema fuzzer's) is mostly valid: the configured agents, the context
+/// id's form, exactly one of `message` and `prompt`, and the events' JSON
+/// form with its kinds, roles, statuses and limits.
+#[tokio::test(flavor = "multi_thread")]
+async fn openapi_document_carries_the_servers_constraints() {
+    let server = TestServer::start(false).await;
+    let (status, document) = server.call(Method::GET, "/openapi.json", None, None).await;
+    assert_eq!(status, 200);
+    let schemas = &document["components"]["schemas"];
+
+    // POST /contexts: the configured agents, and the context id's form.
+    let create = &schemas["CreateContextRequest"]["properties"];
+    assert_eq!(enum_of(&document, &create["agent_id"]), ["assistant"]);
+    assert_eq!(create["context_id"]["pattern"], "^[A-Za-z0-9._:-]{1,128}$");
+    assert_eq!(
+        create["context_id"]["maxLength"],
+        convlog_server::CONTEXT_ID_CHARS_MAX
+    );
+
+    // add-ai-message: one of two bodies, one requiring `message`, the
+    // other `prompt`, neither allowing the other.
+    let body = &document["paths"]["/chat/add-ai-message"]["post"]["requestBody"]["content"]
+        ["application/json"]["schema"];
+    let bodies = branches(&document, body);
+    assert_eq!(bodies.len(), 2);
+    for (branch, (required, refused)) in bodies
+        .iter()
+        .zip([("message", "prompt"), ("prompt", "message")])
+    {
+        let needs: Vec<&str> = branch["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|name| name.as_str().unwrap())
+            .collect();
+        assert_eq!(needs, ["context_id", required], "{branch}");
+        assert!(branch["properties"].get(refused).is_none(), "{branch}");
+        assert_eq!(branch["additionalProperties"], false, "{branch}");
+    }
+
+    // The events: 1 to MESSAGES_PER_REQUEST_MAX items, each one of the
+    // five kinds, with the library's limits.
+    let events = &schemas["AppendEventsRequest"]["properties"]["events"];
+    assert_eq!(events["minItems"], 1);
+    assert_eq!(events["maxItems"], convlog_server::MESSAGES_PER_REQUEST_MAX);
+    let kinds = branches(&document, &events["items"]);
+    let names: Vec<String> = kinds
+        .iter()
+        .flat_map(|kind| enum_of(&document, &kind["properties"]["type"]))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "conversation_recorded",
+            "tool_status",
+            "messages_replaced",
+            "history_curated",
+            "custom"
+        ]
+    );
+    for kind in &kinds {
+        assert_eq!(kind["additionalProperties"], false, "{kind}");
+        let id = &kind["properties"]["conversation_id"];
+        assert_eq!(id["maxLength"], convlog::model::ID_BYTES_MAX, "{kind}");
+        assert!(
+            kind["required"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("conversation_id")),
+            "{kind}"
+        );
+    }
+    // Entries by role: tool calls only on assistant entries, a tool entry
+    // names its call.
+    let entries = branches(&document, &kinds[0]["properties"]["entry"]);
+    let roles: Vec<Vec<String>> = entries
+        .iter()
+        .map(|entry| enum_of(&document, &entry["properties"]["role"]))
+        .collect();
+    assert_eq!(
+        roles,
+        [vec!["system", "user"], vec!["assistant"], vec!["tool"]]
+    );
+    assert!(entries[0]["properties"].get("tool_calls").is_none());
+    assert!(entries[2]["properties"].get("tool_calls").is_none());
+    assert!(entries[2]["required"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("tool_call_id")));
+    let assistant = &entries[1]["properties"];
+    assert_eq!(
+        assistant["sequence"]["maximum"],
+        convlog::model::SEQUENCE_MAX
+    );
+    assert_eq!(assistant["turn"]["maximum"], convlog::model::TURN_MAX);
+    assert_eq!(
+        assistant["tool_calls"]["maxItems"],
+        convlog::model::TOOL_CALLS_MAX
+    );
+    assert_eq!(
+        assistant["finish_reason"]["maxLength"],
+        convlog::model::LABEL_BYTES_MAX
+    );
+    let call = resolve(&document, &assistant["tool_calls"]["items"]);
+    assert_eq!(
+        enum_of(&document, &call["properties"]["status"]),
+        ["pending", "running", "completed", "failed"]
+    );
+    assert_eq!(
+        kinds[2]["properties"]["entries"]["maxItems"],
+        convlog::model::REPLACED_ENTRIES_MAX
+    );
+    let custom = &kinds[4]["properties"];
+    assert_eq!(custom["kind"]["pattern"], r"^(?!convlog\.)");
+
+    // A batch of every kind, with values of the document's forms (its
+    // time and base64 patterns among them), is accepted.
+    server.create("ctx_1").await;
+    let time = "2026-11-22T12:00:00.123456Z";
+    let batch = json!({"events": [
+        {"type": "conversation_recorded", "conversation_id": "ctx_1", "created_at": time,
+         "entry": {"evaluation_id": "e", "role": "assistant", "created_at": time,
+                   "message_id": "0b6f3c1e-6a39-4d4e-9a57-2f1d8f0c9a11",
+                   "tool_calls": [{"call_id": "c1", "name": "t", "arguments": "{}",
+                                   "status": "running", "started_at": time}]}},
+        {"type": "tool_status", "conversation_id": "ctx_1", "evaluation_id": "e",
+         "call_id": "c1", "status": "completed", "at": time},
+        {"type": "messages_replaced", "conversation_id": "ctx_1", "at": time,
+         "entries": [{"evaluation_id": "e", "role": "tool", "tool_call_id": "c1"}]},
+        {"type": "history_curated", "conversation_id": "ctx_1", "strategy": "s",
+         "original_count": 2, "curated_count": 1, "at": time},
+        {"type": "custom", "conversation_id": "ctx_1", "kind": "tokens", "payload": "AAEAAAAAAAA="},
+    ]});
+    let (status, body) = server.post("/contexts/ctx_1/events", ALICE, batch).await;
+    assert_eq!(status, 200, "{body}");
+    server.stop().await;
+}

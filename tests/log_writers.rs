@@ -314,6 +314,33 @@ impl common::FsHooks for GatedSync {
     }
 }
 
+/// Arms the gate, starts `appenders` appenders of one `payload` event each
+/// and returns, with the gate still armed, their threads (each yielding its
+/// event's LSN) and when the first of them was seen held inside its fsync:
+/// from then on every other appender frames its event and waits behind
+/// that fsync, and this returns once all of them have.
+fn queue_behind_a_held_fsync(
+    log: &Arc<Log>,
+    gate: &Gate,
+    appenders: u64,
+    payload: Vec<u8>,
+) -> (Vec<std::thread::JoinHandle<u64>>, std::time::Instant) {
+    let frames_before = log.writer_stats().frames;
+    gate.set_armed(true);
+    let append = || {
+        let (log, payload) = (Arc::clone(log), payload.clone());
+        std::thread::spawn(move || log.append(&[payload]).unwrap().start)
+    };
+    let mut threads = vec![append()];
+    gate.wait_until(|&(_, waiting)| waiting == 1);
+    let held_from = std::time::Instant::now();
+    threads.extend((1..appenders).map(|_| append()));
+    while log.writer_stats().frames - frames_before < appenders {
+        std::thread::yield_now();
+    }
+    (threads, held_from)
+}
+
 /// Group commit, shown without relying on timing: the first appender's
 /// fsync is held at a gate until every other appender has queued its frame;
 /// then the whole queue must go out in one write and one fsync.
@@ -322,19 +349,7 @@ fn group_commit_shares_fsyncs_between_concurrent_appenders() {
     const APPENDERS: u64 = 32;
     let (_dir, gate, log) = gated_log();
     let before = log.writer_stats();
-    gate.set_armed(true);
-    let append = |log: &Arc<Log>| {
-        let log = Arc::clone(log);
-        std::thread::spawn(move || log.append(&[[7u8; 300]]).unwrap().start)
-    };
-    let mut threads = vec![append(&log)];
-    // The first appender is now inside its fsync, held at the gate.
-    gate.wait_until(|&(_, waiting)| waiting == 1);
-    threads.extend((1..APPENDERS).map(|_| append(&log)));
-    // Every other appender has framed its event and waits behind that fsync.
-    while log.writer_stats().frames - before.frames < APPENDERS {
-        std::thread::yield_now();
-    }
+    let (threads, _) = queue_behind_a_held_fsync(&log, &gate, APPENDERS, vec![7u8; 300]);
     gate.set_armed(false);
     let mut lsns: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
     lsns.sort_unstable();
@@ -358,19 +373,7 @@ fn commit_cycle_counters_account_for_the_time_a_commit_is_held() {
     const APPENDERS: u64 = 8;
     let (_dir, gate, log) = gated_log();
     let before = log.writer_stats();
-    gate.set_armed(true);
-    let append = |log: &Arc<Log>| {
-        let log = Arc::clone(log);
-        std::thread::spawn(move || log.append(&[[5u8; 200]]).unwrap().start)
-    };
-    let mut threads = vec![append(&log)];
-    gate.wait_until(|&(_, waiting)| waiting == 1);
-    // From here until the release the first commit is inside its fsync.
-    let held_from = std::time::Instant::now();
-    threads.extend((1..APPENDERS).map(|_| append(&log)));
-    while log.writer_stats().frames - before.frames < APPENDERS {
-        std::thread::yield_now();
-    }
+    let (threads, held_from) = queue_behind_a_held_fsync(&log, &gate, APPENDERS, vec![5u8; 200]);
     let held = held_from.elapsed();
     gate.set_armed(false);
     for thread in threads {

@@ -10,6 +10,11 @@
 //! seconds (at most `RUN_LIMIT`) without generating load, for a load
 //! generator in another process (`wrk`, docs/performance.md); it prints
 //! the URL, then the server's CPU time per append it served.
+//!
+//! `SERVER_LOAD_INPROC_SECONDS=N` runs only the in-process peer, each of its
+//! `CONNECTIONS` threads appending for N seconds (at most `RUN_LIMIT`, and
+//! at most `INPROC_APPENDS_MAX` appends each), so that it can be set beside
+//! a load generator's run of the same length (`serve_append.sh`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +36,8 @@ const CHATS_EACH: usize = 20;
 const CHAT_CONNECTIONS: usize = 32;
 /// Rounds, unless `SERVER_LOAD_ROUNDS` says otherwise (e.g. 1 under a profiler).
 const ROUNDS: usize = 3;
+/// Appends per thread of a timed in-process run, at most.
+const INPROC_APPENDS_MAX: usize = 1_000_000;
 /// The whole run stops here, whatever is left.
 const RUN_LIMIT: Duration = Duration::from_secs(600);
 
@@ -142,7 +149,9 @@ async fn drive(
     (all.len() as f64 / elapsed, all)
 }
 
-fn in_process(dir: &std::path::Path, round: usize) -> (f64, Vec<Duration>) {
+/// The in-process peer: `CONNECTIONS` threads appending to a conversation
+/// each, `APPENDS_EACH` appends per thread, or until `until` if given.
+fn in_process(dir: &std::path::Path, round: usize, until: Option<Instant>) -> (f64, Vec<Duration>) {
     let store = Arc::new(
         Store::open(
             dir.join(format!("inproc-{round}")),
@@ -157,7 +166,15 @@ fn in_process(dir: &std::path::Path, round: usize) -> (f64, Vec<Duration>) {
             std::thread::spawn(move || {
                 let context = format!("ctx_{t}");
                 let mut latencies = Vec::with_capacity(APPENDS_EACH);
-                for n in 0..APPENDS_EACH {
+                let count = if until.is_some() {
+                    INPROC_APPENDS_MAX
+                } else {
+                    APPENDS_EACH
+                };
+                for n in 0..count {
+                    if until.is_some_and(|until| Instant::now() >= until) {
+                        break;
+                    }
                     let events = convlog::json::parse_line(
                         1,
                         &event(&context, n).to_string(),
@@ -215,6 +232,24 @@ async fn serve_only(url: &str, duration: Duration, client: &reqwest::Client) {
 }
 
 fn main() {
+    if let Some(seconds) = std::env::var("SERVER_LOAD_INPROC_SECONDS")
+        .ok()
+        .and_then(|seconds| seconds.parse::<u64>().ok())
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let cpu = process_cpu();
+        let until = Instant::now() + Duration::from_secs(seconds).min(RUN_LIMIT);
+        let (rate, local) = in_process(dir.path(), 0, Some(until));
+        let cpu = (process_cpu() - cpu).as_secs_f64() * 1e6 / local.len() as f64;
+        let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
+        println!("in-process appends/s | p50 | p99 | CPU us/append");
+        println!(
+            "in-process | {rate:.0} | {} | {} | {cpu:.0}",
+            ms(percentile(&local, 0.5)),
+            ms(percentile(&local, 0.99)),
+        );
+        return;
+    }
     // The server on a runtime of its own (threads `server-*`), the load
     // generator on another (`client-*`): a profile (`perf report --sort
     // comm`) then tells whose CPU time is whose.
@@ -282,7 +317,7 @@ fn main() {
             );
             let path = dir.path().to_path_buf();
             let cpu = process_cpu();
-            let (local_rate, local) = tokio::task::spawn_blocking(move || in_process(&path, round)).await.unwrap();
+            let (local_rate, local) = tokio::task::spawn_blocking(move || in_process(&path, round, None)).await.unwrap();
             let local_cpu = (process_cpu() - cpu).as_secs_f64() * 1e6 / local.len() as f64;
             let (client3, url3) = (client.clone(), url.clone());
             let (chat_rate, chat) = drive(CHAT_CONNECTIONS, CHATS_EACH, move |c, _| {

@@ -40,8 +40,14 @@ token_sha256 = "$(printf %s load-token | sha256sum | cut -d' ' -f1)"
 TOML
 ${SERVER_CPUS:+taskset -c $SERVER_CPUS} "$bin" serve "$dir/store" --listen 127.0.0.1:0 --config "$dir/server.toml" 2> "$dir/server.log" &
 pid=$!
-for _ in $(seq 100); do grep -q "^listening on" "$dir/server.log" && break; sleep 0.1; done
+for _ in $(seq 100); do grep -q "^listening on" "$dir/server.log" && break; kill -0 "$pid" 2> /dev/null || break; sleep 0.1; done
 addr=$(sed -n 's/^listening on //p' "$dir/server.log")
+if [ -z "$addr" ]; then
+    echo "convlog serve did not start listening; its output:" >&2
+    cat "$dir/server.log" >&2
+    kill "$pid" 2> /dev/null || true
+    exit 1
+fi
 python3 - "$addr" <<'PY'
 import json, sys, http.client
 connection = http.client.HTTPConnection(sys.argv[1])

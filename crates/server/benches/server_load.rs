@@ -232,10 +232,14 @@ async fn serve_only(url: &str, duration: Duration, client: &reqwest::Client) {
 }
 
 fn main() {
-    if let Some(seconds) = std::env::var("SERVER_LOAD_INPROC_SECONDS")
-        .ok()
-        .and_then(|seconds| seconds.parse::<u64>().ok())
-    {
+    if let Ok(value) = std::env::var("SERVER_LOAD_INPROC_SECONDS") {
+        let seconds = match value.parse::<u64>() {
+            Ok(seconds) if seconds >= 1 => seconds,
+            _ => {
+                eprintln!("SERVER_LOAD_INPROC_SECONDS: {value:?} is not a whole number of seconds, 1 or more");
+                std::process::exit(2);
+            }
+        };
         let dir = tempfile::tempdir().unwrap();
         let cpu = process_cpu();
         let until = Instant::now() + Duration::from_secs(seconds).min(RUN_LIMIT);

@@ -93,6 +93,10 @@ fn threads_cpu(prefix: &str) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+fn ms(duration: Duration) -> String {
+    format!("{:.1} ms", duration.as_secs_f64() * 1000.0)
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -166,12 +170,7 @@ fn in_process(dir: &std::path::Path, round: usize, until: Option<Instant>) -> (f
             std::thread::spawn(move || {
                 let context = format!("ctx_{t}");
                 let mut latencies = Vec::with_capacity(APPENDS_EACH);
-                let count = if until.is_some() {
-                    INPROC_APPENDS_MAX
-                } else {
-                    APPENDS_EACH
-                };
-                for n in 0..count {
+                for n in 0..until.map_or(APPENDS_EACH, |_| INPROC_APPENDS_MAX) {
                     if until.is_some_and(|until| Instant::now() >= until) {
                         break;
                     }
@@ -245,7 +244,6 @@ fn main() {
         let until = Instant::now() + Duration::from_secs(seconds).min(RUN_LIMIT);
         let (rate, local) = in_process(dir.path(), 0, Some(until));
         let cpu = (process_cpu() - cpu).as_secs_f64() * 1e6 / local.len() as f64;
-        let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
         println!("in-process appends/s | p50 | p99 | CPU us/append");
         println!(
             "in-process | {rate:.0} | {} | {} | {cpu:.0}",
@@ -328,7 +326,6 @@ fn main() {
                 client3.post(format!("{url3}/chat")).bearer_auth(token)
                     .json(&json!({"context_id": format!("ctx_{c}"), "message": "hi"}))
             }, deadline).await;
-            let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
             println!(
                 "{round} | {http_rate:.0} | {} | {} | {http_cpu:.0} | {local_rate:.0} | {} | {} | {local_cpu:.0} | {:.2} | {chat_rate:.0} | {} | {}",
                 ms(percentile(&http, 0.5)), ms(percentile(&http, 0.99)),
